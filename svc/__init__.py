@@ -1,0 +1,1 @@
+"""svc: a container engine daemon speaking the Engine Remote API v1.23."""

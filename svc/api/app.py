@@ -1,0 +1,67 @@
+"""The Quart application: routes, the version prefix, common headers, error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from quart import Response, g, request
+from quart_trio import QuartTrio
+
+from svc.api import errors as api_errors
+from svc.api.routes import events as events_routes
+from svc.api.routes import system as system_routes
+from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
+from svc.engine.engine import Engine
+from svc.version import API_VERSION_STR, SERVER_HEADER
+
+CORS_ALLOW_HEADERS = "Origin, X-Requested-With, Content-Type, Accept, X-Registry-Auth"
+CORS_ALLOW_METHODS = "HEAD, GET, POST, DELETE, PUT, OPTIONS"
+
+
+def create_app(engine: Engine, *, cors_origin: str = "",
+               extensions: Sequence[Callable[..., None]] = ()) -> Any:
+    """Build the ASGI application: a QuartTrio app behind the version-prefix wrapper."""
+    app = QuartTrio("svc")
+    # Streams (events, logs -f, pulls) and uploads (loads, builds) have no size or time limit.
+    app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None,
+                      PROVIDE_AUTOMATIC_OPTIONS=False)
+    app.extensions["svc.engine"] = engine
+    api_errors.install(app)
+
+    @app.before_request
+    async def _select_version() -> None:
+        g.api_version = resolve(request.scope.get(SCOPE_KEY))
+
+    @app.after_request
+    async def _common_headers(resp: Response) -> Response:
+        h = resp.headers
+        h["Api-Version"] = API_VERSION_STR
+        h["Server"] = SERVER_HEADER
+        h["Ostype"] = "linux"
+        h["Docker-Experimental"] = "false"
+        if cors_origin:
+            h["Access-Control-Allow-Origin"] = cors_origin
+            h["Access-Control-Allow-Headers"] = CORS_ALLOW_HEADERS
+            h["Access-Control-Allow-Methods"] = CORS_ALLOW_METHODS
+        return resp
+
+    if cors_origin:
+        @app.route("/<path:_any>", methods=["OPTIONS"])
+        @app.route("/", methods=["OPTIONS"])
+        async def _preflight(_any: str = "") -> Response:
+            return Response(b"", status=200)
+
+    app.register_blueprint(system_routes.bp)
+    app.register_blueprint(events_routes.bp)
+    for extend in extensions:
+        extend(app, engine)
+    return VersionPrefix(app)
+
+
+def engine_of() -> Engine:
+    """The engine serving the current request."""
+    from quart import current_app
+
+    engine: Engine = current_app.extensions["svc.engine"]
+    return engine

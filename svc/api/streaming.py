@@ -1,0 +1,32 @@
+"""Streaming response bodies tied to the request's cancel scope.
+
+``StreamBody`` wraps an async iterator of byte chunks together with a cleanup callable, so that
+whatever the stream holds (a subscription, a channel) is released however the response ends:
+normally, by a producer error, or by the client going away (quart-trio cancels the request
+nursery within milliseconds of a disconnect, and that nursery is where the body is iterated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+
+from quart.wrappers.response import ResponseBody
+
+
+class StreamBody(ResponseBody):  # type: ignore[misc]
+    def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None]) -> None:
+        self._chunks = chunks
+        self._cleanup = cleanup
+
+    async def __aenter__(self) -> AsyncIterator[bytes]:
+        return self._chunks
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            self._cleanup()

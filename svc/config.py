@@ -1,0 +1,62 @@
+"""Daemon configuration: one pydantic model fed by flags and by the JSON config file.
+
+The config file uses the same keys as the long flags (``"exec-root"``, ``"tlsverify"``), plus the
+spellings users bring from dockerd's daemon.json (``"hosts"``, ``"data-root"``, ``"debug"``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LogLevel = Literal["debug", "info", "warn", "error", "fatal"]
+
+DEFAULT_SOCKET = "unix:///var/run/svc.sock"
+
+
+def default_cert_dir() -> Path:
+    """Where dockerd looks for TLS material when no path is given (DOCKER_CERT_PATH or ~/.docker)."""
+    env = os.environ.get("SVC_CERT_PATH") or os.environ.get("DOCKER_CERT_PATH")
+    return Path(env) if env else Path.home() / ".docker"
+
+
+class DaemonConfig(BaseModel):
+    """Everything the daemon needs to start. Field aliases are the config file's keys."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+    hosts: list[str] = Field(default_factory=lambda: [DEFAULT_SOCKET], alias="hosts")
+    tls: bool | None = Field(None, alias="tls")
+    tlsverify: bool = Field(False, alias="tlsverify")
+    tlscacert: Path = Field(default_factory=lambda: default_cert_dir() / "ca.pem", alias="tlscacert")
+    tlscert: Path = Field(default_factory=lambda: default_cert_dir() / "cert.pem", alias="tlscert")
+    tlskey: Path = Field(default_factory=lambda: default_cert_dir() / "key.pem", alias="tlskey")
+    root: Path = Field(Path("/var/lib/svc"), alias="root")
+    exec_root: Path = Field(Path("/var/run/svc"), alias="exec-root")
+    runtime: str = Field("runc", alias="runtime")
+    api_cors_header: str = Field("", alias="api-cors-header")
+    log_level: LogLevel = Field("info", alias="log-level")
+    debug: bool = Field(False, alias="debug")
+    pidfile: Path = Field(Path("/var/run/svc.pid"), alias="pidfile")
+    group: str = Field("svc", alias="group")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    @property
+    def tls_enabled(self) -> bool:
+        """--tlsverify implies --tls, as with dockerd."""
+        return bool(self.tls) or self.tlsverify
+
+    @property
+    def effective_log_level(self) -> LogLevel:
+        return "debug" if self.debug else self.log_level
+
+
+# Config-file keys accepted as synonyms, mapped to the canonical alias above.
+FILE_KEY_SYNONYMS = {"host": "hosts", "data-root": "root", "graph": "root", "exec_root": "exec-root"}

@@ -1,0 +1,146 @@
+"""The composition root: logging, pid file, engine, listeners, hypercorn, signals.
+
+Lifetime of the daemon process (see docs/architecture.md):
+1. claim the pid file, open the engine (load durable state), bind the listeners;
+2. serve under one trio nursery that also holds the engine's background tasks;
+3. on SIGTERM or SIGINT: end live streams, stop accepting, let in-flight requests finish for
+   up to ``GRACEFUL_TIMEOUT``, persist what is still in memory, remove the sockets and the pid
+   file, exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+import trio
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+
+from svc.api import hijack
+from svc.api.app import create_app
+from svc.api.server import (
+    Listeners,
+    ServerSetupError,
+    check_tls_files,
+    hypercorn_config,
+    open_listeners,
+)
+from svc.config import DaemonConfig
+from svc.engine.engine import Engine, EngineConfig
+from svc.version import API_VERSION_STR, SVC_VERSION
+
+log = logging.getLogger("svc")
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "error": logging.ERROR, "fatal": logging.CRITICAL}
+
+
+class DaemonError(Exception):
+    """The daemon cannot start; the message says why."""
+
+
+def setup_logging(config: DaemonConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s.%(msecs)03d svcd[%(process)d] %(levelname)s %(name)s: %(message)s",
+        "%Y-%m-%dT%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[config.effective_log_level])
+
+
+def claim_pidfile(path: Path) -> None:
+    """Write our pid, refusing when the file names a live process (another daemon)."""
+    try:
+        other = int(path.read_text().strip() or "0")
+    except (FileNotFoundError, ValueError):
+        other = 0
+    if other and other != os.getpid():
+        try:
+            os.kill(other, 0)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # alive, owned by another user
+            raise DaemonError(f"pid file found, ensure svcd is not running or delete {path}")
+        else:
+            raise DaemonError(f"pid file found, ensure svcd is not running or delete {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()}")
+
+
+def release_pidfile(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        if int(path.read_text().strip()) == os.getpid():
+            path.unlink()
+
+
+def run_daemon(config: DaemonConfig,
+               extensions: Sequence[Callable[..., None]] = ()) -> None:
+    """Run svcd until SIGTERM/SIGINT. Raises DaemonError when it cannot start."""
+    setup_logging(config)
+    if os.geteuid() != 0:
+        log.warning("not running as root: containers, cgroups and networks will not work")
+    try:
+        check_tls_files(config)
+    except ServerSetupError as exc:
+        raise DaemonError(str(exc)) from None
+    claim_pidfile(config.pidfile)
+    try:
+        engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,
+                                     runtime=config.runtime,
+                                     debug=config.effective_log_level == "debug"))
+        try:
+            engine.open()
+        except OSError as exc:
+            raise DaemonError(f"cannot open the state under {config.root}: {exc}") from None
+        try:
+            listeners = open_listeners(config)
+        except (ServerSetupError, OSError) as exc:
+            raise DaemonError(str(exc)) from None
+        try:
+            trio.run(_serve, config, engine, listeners, extensions)
+        finally:
+            listeners.close()
+    finally:
+        release_pidfile(config.pidfile)
+    log.info("svcd stopped")
+
+
+async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
+                 extensions: Sequence[Callable[..., None]]) -> None:
+    hijack.install()
+    app = create_app(engine, cors_origin=config.api_cors_header, extensions=extensions)
+    hconf = hypercorn_config(config)
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_watch_signals, engine, shutdown)
+        await nursery.start(engine.run)
+        async with trio.open_nursery() as http:
+            # Returns once shutdown is set and in-flight requests are done (or timed out).
+            binds = await http.start(partial(
+                worker_serve, wrap_app(app, 0, "asgi"), hconf, sockets=listeners.sockets(),
+                shutdown_trigger=shutdown.wait))
+            log.info("svcd %s (API %s) listening on %s", SVC_VERSION, API_VERSION_STR,
+                     ", ".join(binds))
+        with trio.CancelScope(shield=True):
+            await engine.persist()
+        nursery.cancel_scope.cancel()
+
+
+async def _watch_signals(engine: Engine, shutdown: trio.Event, *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """First SIGTERM/SIGINT: graceful shutdown. A second SIGINT interrupts at once."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            engine.begin_shutdown()
+            shutdown.set()
+            return

@@ -1,0 +1,1 @@
+"""The domain: containers, images, exec, volumes, networks, events. Owns state and nurseries."""

@@ -1,0 +1,84 @@
+"""The Engine: the domain's composition point that the API layer talks to.
+
+It owns the durable store, the event bus and (in later issues) the services for containers,
+images, volumes and networks, and the nursery their long-lived tasks run in.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from svc.engine import system
+from svc.engine.events import REPLAY_EVENTS, EventBus
+from svc.models.system import SystemInfo, VersionInfo
+from svc.storage.eventlog import EventLog
+from svc.storage.store import COLLECTIONS, ObjectStore
+
+log = logging.getLogger("svc.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    root: Path
+    exec_root: Path
+    runtime: str = "runc"
+    debug: bool = False
+
+
+class Engine:
+    """Domain state and services. ``open`` loads state; ``run`` hosts the background tasks."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.store = ObjectStore(config.root)
+        self.events = EventBus(EventLog(config.root / "events.jsonl", keep=REPLAY_EVENTS))
+        self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
+        self.engine_id = ""
+        self._nursery: trio.Nursery | None = None
+
+    def open(self) -> None:
+        """Create the directories and load every durable record (blocking; before serving)."""
+        for d in (self.config.root, self.config.exec_root):
+            d.mkdir(parents=True, exist_ok=True, mode=0o711)
+        self.store.prepare()
+        self.engine_id = system.load_engine_id(self.config.root)
+        for collection in COLLECTIONS:
+            report = self.store.load(collection)
+            self.records[collection] = report.records
+            if report.skipped:
+                log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
+        replayed = self.events.load()
+        log.info("state loaded from %s: %s; %d recent events", self.config.root,
+                 ", ".join(f"{len(v)} {k}" for k, v in self.records.items()), replayed)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the engine's background tasks until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.events.run)
+            task_status.started()
+
+    def begin_shutdown(self) -> None:
+        """End live streams so that in-flight requests finish promptly."""
+        self.events.close()
+
+    async def persist(self) -> None:
+        """Write whatever is still only in memory (called on shutdown)."""
+        await self.events.flush()
+
+    # -- system ---------------------------------------------------------------------------
+
+    def version(self) -> VersionInfo:
+        return system.version_info()
+
+    def info(self) -> SystemInfo:
+        return system.system_info(
+            engine_id=self.engine_id, root=self.config.root, runtime=self.config.runtime,
+            debug=self.config.debug, containers=(len(self.records["containers"]), 0, 0,
+                                                 len(self.records["containers"])),
+            images=len(self.records["images"]), listeners=self.events.listeners,
+        )

@@ -1,0 +1,326 @@
+"""The event bus: one publisher API for the whole engine, one bounded channel per subscriber.
+
+Policy (see docs/architecture.md):
+* ``publish`` never blocks and never waits on a subscriber. It appends to a bounded replay ring
+  and does ``send_nowait`` into each matching subscriber's channel (``SUBSCRIBER_BUFFER`` slots).
+* A subscriber whose channel is full is cut off: its channel is closed and ``Subscription.error``
+  says why, so its stream ends with a clear final error instead of stalling the others or
+  growing memory without bound.
+* ``subscribe`` is synchronous: the replay snapshot and the live registration happen with no
+  checkpoint between them, so a subscriber registered before its response headers are sent
+  misses nothing and sees nothing twice.
+* Recent events are kept (``REPLAY_EVENTS``) and persisted through the event log in batches, so
+  ``since``/``until`` replay works across a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+log = logging.getLogger("svc.events")
+
+REPLAY_EVENTS = 1024
+SUBSCRIBER_BUFFER = 1024
+FLUSH_INTERVAL = 0.5
+BATCH_EVENTS = 256
+
+EVENT_TYPES = ("container", "image", "volume", "network")
+
+
+@dataclass(eq=False, slots=True)
+class Event:
+    """One thing that happened. Wire shapes are derived from it per API version."""
+
+    type: str
+    action: str
+    actor_id: str
+    attributes: dict[str, str]
+    time_nano: int
+    # Encoded forms, keyed by wire shape, filled on first use by the API layer.
+    wire: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def time(self) -> int:
+        return self.time_nano // 1_000_000_000
+
+    def to_record(self) -> dict[str, Any]:
+        return {"type": self.type, "action": self.action, "id": self.actor_id,
+                "attributes": self.attributes, "timeNano": self.time_nano}
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> Event:
+        return cls(type=str(rec["type"]), action=str(rec["action"]), actor_id=str(rec["id"]),
+                   attributes={str(k): str(v) for k, v in dict(rec.get("attributes") or {}).items()},
+                   time_nano=int(rec["timeNano"]))
+
+
+class EventFilter:
+    """The v1.22 event filters, as dockerd applies them.
+
+    container/volume/network: prefix of the actor id, or its name attribute; event and type:
+    exact; image: the image event's id or name, or a container event's image attribute, with
+    or without tag; label: ``key`` or ``key=value`` among the actor's attributes.
+    """
+
+    def __init__(self, filters: Mapping[str, Iterable[str]] | None = None) -> None:
+        self.f = {k: list(v) for k, v in (filters or {}).items() if list(v)}
+
+    def __bool__(self) -> bool:
+        return bool(self.f)
+
+    def match(self, ev: Event) -> bool:
+        f = self.f
+        if not f:
+            return True
+        if "event" in f and ev.action not in f["event"]:
+            return False
+        if "type" in f and ev.type not in f["type"]:
+            return False
+        for kind in ("container", "volume", "network"):
+            if kind in f and not self._fuzzy(f[kind], ev, kind):
+                return False
+        if "image" in f and not self._image(f["image"], ev):
+            return False
+        return not ("label" in f and not self._labels(f["label"], ev.attributes))
+
+    @staticmethod
+    def _fuzzy(values: list[str], ev: Event, kind: str) -> bool:
+        if ev.type != kind:
+            return False
+        name = ev.attributes.get("name", "")
+        return any(ev.actor_id.startswith(v) or (name and (name == v or name == v.lstrip("/")))
+                   for v in values)
+
+    @staticmethod
+    def _image(values: list[str], ev: Event) -> bool:
+        if ev.type == "image":
+            cands = [ev.actor_id, ev.attributes.get("name", "")]
+        elif ev.type == "container":
+            cands = [ev.attributes.get("image", "")]
+        else:
+            return False
+        cands += [_strip_tag(c) for c in cands]
+        return any(c and c in values for c in cands)
+
+    @staticmethod
+    def _labels(values: list[str], attrs: Mapping[str, str]) -> bool:
+        for v in values:
+            key, eq, want = v.partition("=")
+            if key not in attrs or (eq and attrs[key] != want):
+                return False
+        return True
+
+
+def _strip_tag(ref: str) -> str:
+    if "@" in ref:
+        return ref.split("@", 1)[0]
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return ref[:colon] if colon > slash else ref
+
+
+class EventSink(Protocol):
+    """Where the bus persists recent events (the storage event log)."""
+
+    def load(self) -> list[dict[str, Any]]: ...
+    def append(self, records: list[dict[str, Any]]) -> None: ...
+    def compact(self, newest: list[dict[str, Any]]) -> None: ...
+
+
+class Subscription:
+    """A subscriber: a replay backlog, then live events until ``until`` or a cut-off."""
+
+    def __init__(self, bus: EventBus, filt: EventFilter, backlog: list[Event],
+                 since_ns: int | None, until_ns: int | None, live: bool) -> None:
+        self._bus = bus
+        self.filter = filt
+        self.backlog = backlog
+        self.since_ns = since_ns
+        self.until_ns = until_ns
+        self.error: str | None = None
+        self._send: trio.MemorySendChannel[Event] | None = None
+        self._recv: trio.MemoryReceiveChannel[Event] | None = None
+        if live:
+            self._send, self._recv = trio.open_memory_channel[Event](SUBSCRIBER_BUFFER)
+
+    def wants(self, ev: Event) -> bool:
+        if self.since_ns is not None and ev.time_nano < self.since_ns:
+            return False
+        if self.until_ns is not None and ev.time_nano > self.until_ns:
+            return False
+        return self.filter.match(ev)
+
+    def _deliver(self, ev: Event) -> bool:
+        """Called by publish; False means this subscriber must be dropped."""
+        assert self._send is not None
+        try:
+            self._send.send_nowait(ev)
+        except trio.WouldBlock:
+            self.error = (f"event stream cut off: the client fell {SUBSCRIBER_BUFFER} events "
+                          "behind; reconnect with since= to resume")
+            log.warning("dropping a slow event subscriber (%d events queued)", SUBSCRIBER_BUFFER)
+            self._send.close()
+            return False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    def queued(self) -> int:
+        return 0 if self._recv is None else self._recv.statistics().current_buffer_used
+
+    def end(self, reason: str | None = None) -> None:
+        """Stop live delivery (daemon shutdown or subscriber gone); buffered events still drain."""
+        if reason and self.error is None:
+            self.error = reason
+        self._bus._discard(self)
+        if self._send is not None:
+            self._send.close()
+
+    def close(self) -> None:
+        """The consumer is done: unregister and release the channel."""
+        self._bus._discard(self)
+        if self._send is not None:
+            self._send.close()
+        if self._recv is not None:
+            self._recv.close()
+
+    async def batches(self, max_events: int = BATCH_EVENTS) -> AsyncIterator[list[Event]]:
+        """Yield events in batches: the backlog, then live events as they come.
+
+        Ends at ``until`` (wall clock), when the channel is closed (cut-off or shutdown), or
+        never. Cancellation: a checkpoint; cancelling leaves the subscription registered, the
+        caller's ``close()`` (in a finally) unregisters it.
+        """
+        for i in range(0, len(self.backlog), max_events):
+            yield self.backlog[i : i + max_events]
+        self.backlog = []
+        if self._recv is None:
+            return
+        deadline = float("inf")
+        if self.until_ns is not None:
+            deadline = trio.current_time() + max(0.0, (self.until_ns - time.time_ns()) / 1e9)
+        recv = self._recv
+        while True:
+            batch: list[Event] = []
+            with trio.move_on_at(deadline):
+                try:
+                    batch.append(await recv.receive())
+                except trio.EndOfChannel:
+                    return
+            if not batch:
+                return  # until reached
+            while len(batch) < max_events:
+                try:
+                    batch.append(recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            yield batch
+
+
+class EventBus:
+    """Publish/subscribe for engine events with a persisted replay ring."""
+
+    def __init__(self, sink: EventSink | None = None, *, keep: int = REPLAY_EVENTS) -> None:
+        self._sink = sink
+        self._ring: deque[Event] = deque(maxlen=keep)
+        self._subs: list[Subscription] = []
+        self._pending: list[Event] = []
+        self._wake = trio.Event()
+        self.closed = False
+
+    @property
+    def listeners(self) -> int:
+        return len(self._subs)
+
+    def load(self) -> int:
+        """Fill the replay ring from the sink (blocking; call before serving)."""
+        if self._sink is None:
+            return 0
+        records = self._sink.load()
+        for rec in records:
+            try:
+                self._ring.append(Event.from_record(rec))
+            except (KeyError, TypeError, ValueError):
+                log.warning("skipping a damaged event record: %r", rec)
+        return len(self._ring)
+
+    def publish(self, type: str, action: str, actor_id: str,
+                attributes: Mapping[str, str] | None = None) -> Event:
+        """Record an event and hand it to every matching subscriber. Never blocks."""
+        ev = Event(type, action, actor_id, dict(attributes or {}), time.time_ns())
+        self._ring.append(ev)
+        if self._sink is not None:
+            self._pending.append(ev)
+        dropped = None
+        for sub in self._subs:
+            if sub.wants(ev) and not sub._deliver(ev):
+                dropped = dropped or []
+                dropped.append(sub)
+        if dropped:
+            for sub in dropped:
+                self._discard(sub)
+        return ev
+
+    def subscribe(self, filters: Mapping[str, Iterable[str]] | None = None, *,
+                  since_ns: int | None = None, until_ns: int | None = None) -> Subscription:
+        """Register a subscriber now (no checkpoint); replay matching events since ``since``."""
+        filt = EventFilter(filters)
+        now = time.time_ns()
+        backlog: list[Event] = []
+        if since_ns is not None or until_ns is not None:
+            lo = since_ns if since_ns is not None else 0
+            backlog = [e for e in self._ring
+                       if e.time_nano >= lo and (until_ns is None or e.time_nano <= until_ns)
+                       and filt.match(e)]
+        live = not self.closed and (until_ns is None or until_ns > now)
+        sub = Subscription(self, filt, backlog, since_ns, until_ns, live)
+        if live:
+            self._subs.append(sub)
+        return sub
+
+    def fullest_queue(self) -> int:
+        return max((s.queued() for s in self._subs), default=0)
+
+    def _discard(self, sub: Subscription) -> None:
+        try:
+            self._subs.remove(sub)
+        except ValueError:
+            pass
+
+    def close(self, reason: str = "the daemon is shutting down") -> None:
+        """End every live stream (they drain, then finish); later subscribers get replay only."""
+        self.closed = True
+        for sub in list(self._subs):
+            sub.end(reason)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Persist pending events in batches until cancelled; a final flush on the way out.
+
+        Cancellation: the last batch is written in a shielded scope, so events published before
+        shutdown are on disk when the daemon exits.
+        """
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(FLUSH_INTERVAL)
+                await self.flush()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.flush()
+
+    async def flush(self) -> None:
+        if self._sink is None or not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        records = [e.to_record() for e in batch]
+        try:
+            await trio.to_thread.run_sync(self._sink.append, records)
+        except OSError as exc:
+            log.error("could not persist %d event(s): %s", len(records), exc)

@@ -1,0 +1,50 @@
+"""Error kinds raised by the engine and its adapters.
+
+No HTTP lives here: ``svc.api.errors`` alone turns a kind into a status code and a body, so the
+engine states *what* went wrong and the edge decides how a given API version shows it.
+"""
+
+from __future__ import annotations
+
+
+class SvcError(Exception):
+    """Base of every error kind; ``str(err)`` is the message a client sees."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidParameter(SvcError):
+    """The request names a bad value: a query parameter, a body field, a path."""
+
+
+class NotFound(SvcError):
+    """The object the request names does not exist."""
+
+
+class Conflict(SvcError):
+    """The request is valid but clashes with the current state (name in use, running, ...)."""
+
+
+class NotModified(SvcError):
+    """Nothing to do: the object is already in the requested state (start, stop)."""
+
+
+class Forbidden(SvcError):
+    """The operation is refused on this object (read-only volume, builtin network)."""
+
+
+class NotAcceptable(SvcError):
+    """The request cannot be honoured for this object (attach to a stopped container)."""
+
+
+class Unavailable(SvcError):
+    """The daemon cannot do this now (shutting down, a kernel feature is missing)."""
+
+
+class SystemError_(SvcError):  # noqa: N801 - trailing underscore avoids the builtin
+    """An unexpected failure of the machine (disk, runtime) that the client cannot fix."""

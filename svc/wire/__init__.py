@@ -1,0 +1,1 @@
+"""Sans-IO codecs shared by api and engine: time formats, stream frames, JSON lines."""

@@ -1,0 +1,109 @@
+"""Probe routes for the test daemon (never part of svcd).
+
+They exercise the foundation before the containers issue exists: a hijack echo at the paths the
+SDK's socket helpers call, a long stream that records when its work was cancelled, and an event
+publisher for the events tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import trio
+from quart import Blueprint, Response, request
+
+from svc.api.hijack import hijack
+from svc.api.streaming import StreamBody
+from svc.engine.engine import Engine
+from svc.wire import stdcopy
+
+ECHO_ID = "probe-echo"
+
+
+def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    bp = Blueprint("probe", __name__)
+    cancelled: dict[str, float] = {}
+
+    async def echo_session() -> Response:
+        """Echo stdin back as stdout frames until EOF, then a final 'bye' frame and close."""
+        mode = request.args.get("mode", "frames")
+        raw = await hijack(request)
+        total = 0
+        while True:
+            data = await raw.receive_some()
+            if not data:
+                break
+            total += len(data)
+            await raw.send_all(data if mode == "raw" else stdcopy.encode_frame(1, data))
+        bye = f"bye {total}\n".encode()
+        await raw.send_all(bye if mode == "raw" else stdcopy.encode_frame(2, bye))
+        await raw.aclose()
+        return Response(b"")
+
+    @bp.post(f"/containers/{ECHO_ID}/attach")
+    async def attach_echo() -> Response:
+        return await echo_session()
+
+    @bp.post(f"/exec/{ECHO_ID}/start")
+    async def exec_echo() -> Response:
+        body = await request.get_json(force=True, silent=True) or {}
+        if body.get("Detach"):
+            return Response(b"", status=200)
+        return await echo_session()
+
+    @bp.post("/_probe/flood")
+    async def flood() -> Response:
+        """Hijack, then write until the client goes away; reports how it ended."""
+        tag = request.args.get("tag", "flood")
+        raw = await hijack(request)
+        try:
+            while True:
+                await raw.send_all(b"x" * 65536)
+        except trio.BrokenResourceError:
+            cancelled[tag] = time.monotonic()
+        return Response(b"")
+
+    @bp.get("/_probe/stream")
+    async def stream() -> Response:
+        """A never-ending stream whose producer records when it was cancelled."""
+        tag = request.args.get("tag", "stream")
+
+        async def chunks():  # type: ignore[no-untyped-def]
+            try:
+                while True:
+                    yield b"tick\n"
+                    await trio.sleep(0.05)
+            finally:
+                cancelled[tag] = time.monotonic()
+
+        return Response(StreamBody(chunks(), lambda: None), content_type="text/plain")
+
+    @bp.get("/_probe/cancelled")
+    async def report() -> Response:
+        now = time.monotonic()
+        return Response(json.dumps({k: now - v for k, v in cancelled.items()}),
+                        content_type="application/json")
+
+    @bp.post("/_probe/events")
+    async def publish() -> Response:
+        """Publish n events: type/action/actor from the query, paced so no subscriber overflows
+        when ``paced=1`` (benchmarks measure sustainable delivery, not drops)."""
+        n = int(request.args.get("n", "1"))
+        paced = request.args.get("paced") == "1"
+        etype = request.args.get("type", "container")
+        action = request.args.get("action", "start")
+        actor = request.args.get("id", "probe")
+        attrs = json.loads(request.args.get("attrs", "{}"))
+        bus = engine.events
+        for i in range(n):
+            if paced:
+                while bus.fullest_queue() > 512:
+                    await trio.sleep(0.0005)
+            bus.publish(etype, action, actor, attrs)
+            if i % 64 == 63:
+                await trio.sleep(0)
+        return Response(json.dumps({"published": n, "time": time.time_ns()}),
+                        content_type="application/json")
+
+    app.register_blueprint(bp)
