@@ -70,6 +70,25 @@ class Engine:
         """Write whatever is still only in memory (called on shutdown)."""
         await self.events.flush()
 
+    # -- durable records -------------------------------------------------------------------
+
+    async def save_record(self, collection: str, oid: str, record: dict[str, object]) -> None:
+        """Persist a record; when this returns it survives a crash (the store fsyncs).
+
+        Cancellation: the write runs in a worker thread and is shielded, so a cancelled caller
+        never leaves memory and disk disagreeing.
+        """
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.store.put, collection, oid, record)
+            self.records[collection][oid] = record
+
+    async def delete_record(self, collection: str, oid: str) -> bool:
+        """Remove a record durably; False if there was none. Shielded like ``save_record``."""
+        with trio.CancelScope(shield=True):
+            existed = await trio.to_thread.run_sync(self.store.delete, collection, oid)
+            self.records[collection].pop(oid, None)
+        return existed
+
     # -- system ---------------------------------------------------------------------------
 
     def version(self) -> VersionInfo:

@@ -106,4 +106,42 @@ def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
         return Response(json.dumps({"published": n, "time": time.time_ns()}),
                         content_type="application/json")
 
+    @bp.put("/_probe/store/<collection>/<oid>")
+    async def store_put(collection: str, oid: str) -> Response:
+        """A durable write through the engine; the 200 is the acknowledgement."""
+        record = await request.get_json(force=True)
+        await engine.save_record(collection, oid, record)
+        return Response(b"", status=200)
+
+    @bp.get("/_probe/store/<collection>")
+    async def store_list(collection: str) -> Response:
+        return Response(json.dumps(engine.records[collection]), content_type="application/json")
+
+    @bp.get("/_probe/params")
+    async def params() -> Response:
+        """Echo parsed query conventions so tests can check them over the socket."""
+        from svc.api.params import qbool, qfilters
+
+        out: dict[str, object] = {}
+        for name in request.args:
+            if name == "filters":
+                out[name] = qfilters()
+            else:
+                out[name] = qbool(name)
+        return Response(json.dumps(out), content_type="application/json")
+
+    @bp.post("/_probe/body")
+    async def body() -> Response:
+        """Parse a JSON body into a wire model (unknown fields ignored) and echo it."""
+        from svc.api.params import json_body
+        from svc.models.base import WireModel
+
+        class Sample(WireModel):
+            Name: str
+            Count: int = 0
+
+        model = await json_body(Sample)
+        assert model is not None
+        return Response(model.wire(), content_type="application/json")
+
     app.register_blueprint(bp)

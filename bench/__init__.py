@@ -1,0 +1,1 @@
+"""svc's benchmark suite: run it with ``.venv/bin/nox -s bench`` or ``python bench/run.py``."""

@@ -1,0 +1,107 @@
+"""The servers a benchmark run starts: the daemon under test and the bare trio floor server.
+
+Each runs in its own session (a terminal's Ctrl-C reaches only the runner, which then stops
+them), logs to a file in the run's temporary directory, is ready once its unix socket answers a
+request with 200, and is stopped with SIGTERM (SIGKILL only after a grace period).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from bench.harness import PYTHON, REPO, call, wait_until
+
+START_TIMEOUT = 30.0
+STOP_GRACE = 15.0
+
+
+class ServerProcess:
+    """A server subprocess listening on a unix socket."""
+
+    def __init__(self, name: str, argv: list[str], socket_path: Path, log_path: Path,
+                 ready_target: str) -> None:
+        self.name = name
+        self.argv = argv
+        self.socket = socket_path
+        self.log_path = log_path
+        self.ready_target = ready_target
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_at = 0.0
+        self.exit_code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        if not wait_until(self._ready, timeout):
+            raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s\n{self.log_tail()}")
+        self.ready_at = time.monotonic()
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}\n"
+                               f"{self.log_tail()}")
+        try:
+            status, _ = call(self.socket, "GET", self.ready_target, timeout=2.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = STOP_GRACE) -> int | None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; returns the exit code."""
+        if self.proc is None or self.exit_code is not None:
+            return self.exit_code
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.exit_code = self.proc.returncode
+        return self.exit_code
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def daemon(workdir: Path) -> ServerProcess:
+    """The real svcd plus probe routes, with all of its state under ``workdir``."""
+    config_file = workdir / "daemon.json"
+    config_file.write_text("{}\n")  # never pick up /etc/svc/daemon.json
+    sock = workdir / "svc.sock"
+    argv = [PYTHON, "-m", "tests.support.testd", "-H", f"unix://{sock}",
+            "--root", str(workdir / "root"), "--exec-root", str(workdir / "exec"),
+            "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file)]
+    return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
+                         "/_ping")
+
+
+def floor_server(workdir: Path, responses: dict[str, bytes]) -> ServerProcess:
+    """The bare trio server answering each path with fixed bytes (see bench.floor_server)."""
+    table = workdir / "floor-responses.json"
+    table.write_text(json.dumps({p: base64.b64encode(r).decode() for p, r in responses.items()}))
+    sock = workdir / "floor.sock"
+    argv = [PYTHON, "-m", "bench.floor_server", "--socket", str(sock), "--responses", str(table)]
+    return ServerProcess("floor server", argv, sock, workdir / "floor.log", next(iter(responses)))

@@ -1,0 +1,138 @@
+"""Start and stop real svc daemons for tests: each with its own root, socket and pid file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class DaemonFailed(Exception):
+    pass
+
+
+class Daemon:
+    """One svcd process. ``probe=True`` runs the test daemon (svcd plus probe routes)."""
+
+    def __init__(self, args: Sequence[str] = (), *, probe: bool = True,
+                 workdir: Path | None = None, hosts: Sequence[str] | None = None) -> None:
+        # Short paths: unix socket names are limited to 108 bytes.
+        self.dir = workdir or Path(tempfile.mkdtemp(prefix="svct-", dir="/tmp"))
+        self._own_dir = workdir is None
+        self.sock = self.dir / "svc.sock"
+        self.root = self.dir / "root"
+        self.exec_root = self.dir / "exec"
+        self.pidfile = self.dir / "svc.pid"
+        self.logfile = self.dir / "daemon.log"
+        self.args = list(args)
+        self.probe = probe
+        self.hosts = list(hosts) if hosts is not None else [f"unix://{self.sock}"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.sock}"
+
+    def command(self) -> list[str]:
+        entry = ["-m", "tests.support.testd"] if self.probe else ["-m", "svc"]
+        cmd = [sys.executable, *entry]
+        for h in self.hosts:
+            cmd += ["-H", h]
+        cmd += ["--root", str(self.root), "--exec-root", str(self.exec_root),
+                "--pidfile", str(self.pidfile), "--config-file", str(self.dir / "none.json")]
+        if "--config-file" in self.args:
+            cmd = cmd[: cmd.index("--config-file")] + cmd[cmd.index("--config-file") + 2:]
+        return cmd + self.args
+
+    def start(self, timeout: float = 20.0, *, wait: bool = True) -> Daemon:
+        cfg = self.dir / "none.json"
+        if not cfg.exists():
+            cfg.write_text("{}")
+        log = open(self.logfile, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=log, env=env,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise DaemonFailed(f"svcd exited with {self.proc.returncode}:\n{self.log()}")
+            if self.ping():
+                return
+            time.sleep(0.05)
+        raise DaemonFailed(f"svcd not ready after {timeout}s:\n{self.log()}")
+
+    def ping(self) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2)
+                s.connect(str(self.sock))
+                s.sendall(b"GET /_ping HTTP/1.1\r\nHost: svc\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+                return data.startswith(b"HTTP/1.1 200") and data.endswith(b"OK")
+        except OSError:
+            return False
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise DaemonFailed(f"svcd ignored SIGTERM for {timeout}s:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log(self) -> str:
+        try:
+            return self.logfile.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def cleanup(self) -> None:
+        self.kill()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(args: Sequence[str] = (), **kw: object):  # type: ignore[no-untyped-def]
+    d = Daemon(args, **kw)  # type: ignore[arg-type]
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()
