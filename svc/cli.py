@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--pidfile", type=Path, help="pid file (default /var/run/svc.pid)")
     p.add_argument("-G", "--group", help="group owning the unix socket (default svc)")
     p.add_argument("--config-file", dest="config_file", type=Path,
-                   help=f"JSON file with the same keys as the flags (default {DEFAULT_CONFIG_FILE})")
+                   help="JSON file with the same keys as the flags "
+                        f"(default {DEFAULT_CONFIG_FILE})")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     return p
 
@@ -119,10 +120,15 @@ def _read_config_file(path: Path, *, required: bool) -> dict[str, Any]:
         raise ConfigError(f"config file {path} must hold a JSON object")
     known = {f.alias for f in DaemonConfig.model_fields.values() if f.alias}
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         canon = FILE_KEY_SYNONYMS.get(key, key)
         if canon not in known:
             raise ConfigError(f"config file {path}: unknown directive {key!r}")
+        if canon in spelled:
+            raise ConfigError(f"config file {path}: {spelled[canon]!r} and {key!r} set the "
+                              "same directive")
+        spelled[canon] = key
         if canon == "hosts" and isinstance(value, str):
             value = [value]
         out[canon] = value

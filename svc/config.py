@@ -18,7 +18,8 @@ DEFAULT_SOCKET = "unix:///var/run/svc.sock"
 
 
 def default_cert_dir() -> Path:
-    """Where dockerd looks for TLS material when no path is given (DOCKER_CERT_PATH or ~/.docker)."""
+    """Where TLS material is looked for when no path is given: $SVC_CERT_PATH,
+    $DOCKER_CERT_PATH, then ~/.docker (as dockerd does)."""
     env = os.environ.get("SVC_CERT_PATH") or os.environ.get("DOCKER_CERT_PATH")
     return Path(env) if env else Path.home() / ".docker"
 
@@ -31,7 +32,8 @@ class DaemonConfig(BaseModel):
     hosts: list[str] = Field(default_factory=lambda: [DEFAULT_SOCKET], alias="hosts")
     tls: bool | None = Field(None, alias="tls")
     tlsverify: bool = Field(False, alias="tlsverify")
-    tlscacert: Path = Field(default_factory=lambda: default_cert_dir() / "ca.pem", alias="tlscacert")
+    tlscacert: Path = Field(default_factory=lambda: default_cert_dir() / "ca.pem",
+                            alias="tlscacert")
     tlscert: Path = Field(default_factory=lambda: default_cert_dir() / "cert.pem", alias="tlscert")
     tlskey: Path = Field(default_factory=lambda: default_cert_dir() / "key.pem", alias="tlskey")
     root: Path = Field(Path("/var/lib/svc"), alias="root")
@@ -59,4 +61,5 @@ class DaemonConfig(BaseModel):
 
 
 # Config-file keys accepted as synonyms, mapped to the canonical alias above.
-FILE_KEY_SYNONYMS = {"host": "hosts", "data-root": "root", "graph": "root", "exec_root": "exec-root"}
+FILE_KEY_SYNONYMS = {"host": "hosts", "data-root": "root", "graph": "root",
+                     "exec_root": "exec-root"}

@@ -31,9 +31,11 @@ from svc.api.server import (
     check_tls_files,
     hypercorn_config,
     open_listeners,
+    validate_hosts,
 )
 from svc.config import DaemonConfig
 from svc.engine.engine import Engine, EngineConfig
+from svc.storage.lock import RootInUse
 from svc.version import API_VERSION_STR, SVC_VERSION
 
 log = logging.getLogger("svc")
@@ -62,17 +64,20 @@ def claim_pidfile(path: Path) -> None:
         other = int(path.read_text().strip() or "0")
     except (FileNotFoundError, ValueError):
         other = 0
-    if other and other != os.getpid():
-        try:
-            os.kill(other, 0)
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # alive, owned by another user
-            raise DaemonError(f"pid file found, ensure svcd is not running or delete {path}")
-        else:
-            raise DaemonError(f"pid file found, ensure svcd is not running or delete {path}")
+    if other and other != os.getpid() and _alive(other):
+        raise DaemonError(f"pid file found, ensure svcd is not running or delete {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
 
 
 def release_pidfile(path: Path) -> None:
@@ -88,6 +93,7 @@ def run_daemon(config: DaemonConfig,
     if os.geteuid() != 0:
         log.warning("not running as root: containers, cgroups and networks will not work")
     try:
+        validate_hosts(config)
         check_tls_files(config)
     except ServerSetupError as exc:
         raise DaemonError(str(exc)) from None
@@ -98,6 +104,8 @@ def run_daemon(config: DaemonConfig,
                                      debug=config.effective_log_level == "debug"))
         try:
             engine.open()
+        except RootInUse as exc:
+            raise DaemonError(str(exc)) from None
         except OSError as exc:
             raise DaemonError(f"cannot open the state under {config.root}: {exc}") from None
         try:
@@ -108,6 +116,7 @@ def run_daemon(config: DaemonConfig,
             trio.run(_serve, config, engine, listeners, extensions)
         finally:
             listeners.close()
+            engine.close()
     finally:
         release_pidfile(config.pidfile)
     log.info("svcd stopped")
@@ -136,7 +145,8 @@ async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
 
 async def _watch_signals(engine: Engine, shutdown: trio.Event, *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """First SIGTERM/SIGINT: graceful shutdown. A second SIGINT interrupts at once."""
+    """First SIGTERM/SIGINT: graceful shutdown. A second one during it takes the default action
+    (the process dies at once; the next start replaces the stale socket and pid file)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
         async for signum in signals:

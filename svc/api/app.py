@@ -31,7 +31,8 @@ def create_app(engine: Engine, *, cors_origin: str = "",
 
     @app.before_request
     async def _select_version() -> None:
-        g.api_version = resolve(request.scope.get(SCOPE_KEY))
+        raw = request.scope.get(SCOPE_KEY)
+        g.api_version = resolve(raw if isinstance(raw, str) else None)
 
     @app.after_request
     async def _common_headers(resp: Response) -> Response:

@@ -15,7 +15,8 @@ from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
 from quart import Response, g
-from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound as RouteNotFound
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import NotFound as RouteNotFound
 
 from svc import errors
 
@@ -39,7 +40,7 @@ R = TypeVar("R")
 def status_of(exc: errors.SvcError) -> int:
     for kind in type(exc).__mro__:
         if kind in STATUS:
-            return STATUS[kind]  # type: ignore[index]
+            return STATUS[kind]
     return 500
 
 

@@ -29,7 +29,8 @@ import h11
 import hypercorn.protocol
 import trio
 from hypercorn.events import Closed, Event, RawData
-from hypercorn.protocol.events import Event as StreamEvent, StreamClosed
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.errors import Unavailable
@@ -172,12 +173,12 @@ class _HijackTaskGroup:
         return getattr(self._inner, name)
 
 
-class HijackH11Protocol(H11Protocol):  # type: ignore[misc]
+class HijackH11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.task_group = _HijackTaskGroup(self.task_group, self)
+        self.task_group = _HijackTaskGroup(self.task_group, self)  # type: ignore[assignment]
         self.raw: RawStream | None = None
 
     async def handle(self, event: Event) -> None:
@@ -201,11 +202,11 @@ class HijackH11Protocol(H11Protocol):  # type: ignore[misc]
         conn = self.connection
         if self.raw is not None or not isinstance(conn, h11.Connection):
             raise Unavailable("this connection has already been taken over")
-        if conn.their_state not in (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL):
+        if conn.their_state not in (h11.DONE, h11._state.MIGHT_SWITCH_PROTOCOL):
             raise Unavailable("the request body must be read before the connection is hijacked")
         data, closed = conn.trailing_data
         self.raw = RawStream(self, data, closed)
-        self.connection = self.raw._conn
+        self.connection = self.raw._conn  # type: ignore[assignment]
         await self.send(RawData(data=response_head(_wants_upgrade(scope["headers"]))))
         await self.can_read.set()
         return self.raw
@@ -213,7 +214,7 @@ class HijackH11Protocol(H11Protocol):  # type: ignore[misc]
 
 def install() -> None:
     """Make hypercorn build HijackH11Protocol for HTTP/1.x connections (call before serving)."""
-    hypercorn.protocol.H11Protocol = HijackH11Protocol  # type: ignore[misc]
+    hypercorn.protocol.H11Protocol = HijackH11Protocol  # type: ignore[attr-defined]
 
 
 async def hijack(request: Any) -> RawStream:

@@ -33,7 +33,7 @@ def parse_bool(name: str, raw: str | None, default: bool = False) -> bool:
     if raw in FALSE_VALUES:
         return False
     raise InvalidParameter(f"invalid boolean value {raw!r} for query parameter {name!r}: "
-                           "use 1, True, true, 0, False or false")
+                           "use 1, True, true, 0, False or false") from None
 
 
 def parse_int(name: str, raw: str | None, default: int | None = None) -> int | None:
@@ -42,13 +42,14 @@ def parse_int(name: str, raw: str | None, default: int | None = None) -> int | N
     try:
         return int(raw)
     except ValueError:
-        raise InvalidParameter(f"invalid integer value {raw!r} for query parameter {name!r}")
+        raise InvalidParameter(
+            f"invalid integer value {raw!r} for query parameter {name!r}") from None
 
 
 def parse_filters(raw: str | None, allowed: Iterable[str] | None = None) -> Filters:
     """The ``filters`` JSON: a map of string to list of strings.
 
-    The older map-of-map form ``{"key": {"value": true}}`` (sent by the docker CLI to 1.23
+    The map-of-bools form ``{"key": {"value": true}}`` (what the docker CLI sends to 1.22+
     daemons) is accepted too; entries set to false are left out.
     """
     if raw is None or raw.strip() == "":
@@ -56,10 +57,10 @@ def parse_filters(raw: str | None, allowed: Iterable[str] | None = None) -> Filt
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidParameter(f"invalid filters parameter: not valid JSON ({exc.msg})")
+        raise InvalidParameter(f"invalid filters parameter: not valid JSON ({exc.msg})") from None
     if not isinstance(data, dict):
         raise InvalidParameter("invalid filters parameter: expected a JSON object mapping "
-                               "each filter to a list of strings")
+                               "each filter to a list of strings") from None
     out: Filters = {}
     for key, value in data.items():
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -68,12 +69,12 @@ def parse_filters(raw: str | None, allowed: Iterable[str] | None = None) -> Filt
             out[key] = [k for k, v in value.items() if v]
         else:
             raise InvalidParameter(f"invalid filters parameter: the value of {key!r} must be a "
-                                   "list of strings")
+                                   "list of strings") from None
     if allowed is not None:
         allowed = set(allowed)
         for key in out:
             if key not in allowed:
-                raise InvalidParameter(f"Invalid filter '{key}'")
+                raise InvalidParameter(f"Invalid filter '{key}'") from None
     return out
 
 
@@ -86,20 +87,21 @@ def parse_json_body(model: type[M], raw: bytes, content_type: str | None, *,
     """
     if not raw.strip():
         if required:
-            raise InvalidParameter("a JSON request body is required")
+            raise InvalidParameter("a JSON request body is required") from None
         return None
     mime = (content_type or "").split(";", 1)[0].strip().lower()
     if mime != "application/json":
         shown = content_type or "none"
-        raise InvalidParameter(f"Content-Type specified ({shown}) must be 'application/json'")
+        raise InvalidParameter(
+            f"Content-Type specified ({shown}) must be 'application/json'") from None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidParameter(f"invalid JSON body: {exc}")
+        raise InvalidParameter(f"invalid JSON body: {exc}") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidParameter(describe_validation_error(exc))
+        raise InvalidParameter(describe_validation_error(exc)) from None
 
 
 def describe_validation_error(exc: ValidationError) -> str:

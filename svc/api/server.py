@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hypercorn.config import Config as HyperConfig, Sockets
+from hypercorn.config import Config as HyperConfig
+from hypercorn.config import Sockets
 
 from svc.config import DaemonConfig
 
@@ -109,7 +110,10 @@ def _bind_unix(path: Path, group: str) -> socket.socket:
     except KeyError:
         gid = 0
         log.debug("group %r does not exist; %s stays root:root", group, path)
-    os.chown(path, 0, gid)
+    try:
+        os.chown(path, 0 if os.geteuid() == 0 else -1, gid)
+    except PermissionError:
+        log.warning("cannot give %s to group %r (not root)", path, group)
     return sock
 
 
@@ -126,12 +130,27 @@ def _bind_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
+def validate_hosts(config: DaemonConfig) -> list[HostSpec]:
+    """Check every -H before anything is touched: syntax, and TLS or an explicit --tls=false."""
+    specs = []
+    for value in config.hosts:
+        spec = parse_host(value, tls=config.tls_enabled)
+        if spec.scheme == "tcp" and not config.tls_enabled and config.tls is not False:
+            raise ServerSetupError(
+                f"refusing to listen on {value} without TLS: pass --tlsverify (with "
+                "--tlscacert, --tlscert, --tlskey) or --tls=false to accept unauthenticated "
+                "plain TCP")
+        specs.append(spec)
+    if not specs:
+        raise ServerSetupError("no host to listen on: give at least one -H")
+    return specs
+
+
 def open_listeners(config: DaemonConfig) -> Listeners:
     """Bind every -H address. On failure nothing stays bound."""
     out = Listeners()
     try:
-        for value in config.hosts:
-            spec = parse_host(value, tls=config.tls_enabled)
+        for spec in validate_hosts(config):
             if spec.scheme == "unix":
                 assert spec.path is not None
                 sock = _bind_unix(spec.path, config.group)
@@ -139,17 +158,12 @@ def open_listeners(config: DaemonConfig) -> Listeners:
                 out.insecure.append(sock)
             elif config.tls_enabled:
                 out.secure.append(_bind_tcp(spec.host, spec.port))
-            elif config.tls is False:
+            else:
                 log.warning(
                     "!!! Binding to tcp://%s:%d WITHOUT TLS: anyone who can reach this port has "
                     "root on this machine. Use --tlsverify with client certificates instead. !!!",
                     spec.host, spec.port)
                 out.insecure.append(_bind_tcp(spec.host, spec.port))
-            else:
-                raise ServerSetupError(
-                    f"refusing to listen on {value} without TLS: pass --tlsverify (with "
-                    "--tlscacert, --tlscert, --tlskey) or --tls=false to accept unauthenticated "
-                    "plain TCP")
         for sock in out.secure + out.insecure:
             sock.setblocking(False)
             sock.listen(1024)
@@ -180,7 +194,8 @@ def hypercorn_config(config: DaemonConfig) -> HyperConfig:
     hc.include_server_header = False
     hc.alpn_protocols = ["http/1.1"]  # hijacking is HTTP/1.1 only
     hc.errorlog = logging.getLogger("svc.http")
-    hc.accesslog = logging.getLogger("svc.access") if config.effective_log_level == "debug" else None
+    debug = config.effective_log_level == "debug"
+    hc.accesslog = logging.getLogger("svc.access") if debug else None
     if config.tls_enabled:
         hc.certfile = str(config.tlscert)
         hc.keyfile = str(config.tlskey)

@@ -8,16 +8,19 @@ nursery within milliseconds of a disconnect, and that nursery is where the body 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
 from quart.wrappers.response import ResponseBody
 
 
-class StreamBody(ResponseBody):  # type: ignore[misc]
+class StreamBody(ResponseBody):
     def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None]) -> None:
         self._chunks = chunks
-        self._cleanup = cleanup
+        # Runs once: on __aexit__, or when a response that was never sent is collected (the
+        # request was cancelled between the view returning and the body being entered).
+        self._cleanup = weakref.finalize(self, cleanup)
 
     async def __aenter__(self) -> AsyncIterator[bytes]:
         return self._chunks

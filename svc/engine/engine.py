@@ -16,6 +16,7 @@ from svc.engine import system
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.models.system import SystemInfo, VersionInfo
 from svc.storage.eventlog import EventLog
+from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
 
 log = logging.getLogger("svc.engine")
@@ -38,12 +39,14 @@ class Engine:
         self.events = EventBus(EventLog(config.root / "events.jsonl", keep=REPLAY_EVENTS))
         self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
         self.engine_id = ""
+        self._lock = RootLock(config.root)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
         """Create the directories and load every durable record (blocking; before serving)."""
         for d in (self.config.root, self.config.exec_root):
             d.mkdir(parents=True, exist_ok=True, mode=0o711)
+        self._lock.acquire()  # RootInUse if another daemon owns this root
         self.store.prepare()
         self.engine_id = system.load_engine_id(self.config.root)
         for collection in COLLECTIONS:
@@ -69,6 +72,10 @@ class Engine:
     async def persist(self) -> None:
         """Write whatever is still only in memory (called on shutdown)."""
         await self.events.flush()
+
+    def close(self) -> None:
+        """Release the root (after persist)."""
+        self._lock.release()
 
     # -- durable records -------------------------------------------------------------------
 

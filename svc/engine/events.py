@@ -15,6 +15,7 @@ Policy (see docs/architecture.md):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -56,8 +57,9 @@ class Event:
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Event:
+        attrs = dict(rec.get("attributes") or {})
         return cls(type=str(rec["type"]), action=str(rec["action"]), actor_id=str(rec["id"]),
-                   attributes={str(k): str(v) for k, v in dict(rec.get("attributes") or {}).items()},
+                   attributes={str(k): str(v) for k, v in attrs.items()},
                    time_nano=int(rec["timeNano"]))
 
 
@@ -289,10 +291,8 @@ class EventBus:
         return max((s.queued() for s in self._subs), default=0)
 
     def _discard(self, sub: Subscription) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             self._subs.remove(sub)
-        except ValueError:
-            pass
 
     def close(self, reason: str = "the daemon is shutting down") -> None:
         """End every live stream (they drain, then finish); later subscribers get replay only."""
@@ -322,5 +322,5 @@ class EventBus:
         records = [e.to_record() for e in batch]
         try:
             await trio.to_thread.run_sync(self._sink.append, records)
-        except OSError as exc:
+        except Exception as exc:  # the log is best effort: never take the daemon down
             log.error("could not persist %d event(s): %s", len(records), exc)

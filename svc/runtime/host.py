@@ -99,7 +99,8 @@ def fs_type(path: Path) -> str:
             if len(parts) < 3:
                 continue
             mnt = parts[1].replace("\\040", " ")
-            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):
                 best, kind = mnt, parts[2]
     except OSError:
         pass

@@ -8,10 +8,13 @@ reader sees either the old file or the new one, never a mix. A temp file left by
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import threading
 from pathlib import Path
 
 TEMP_MARK = ".tmp-"
+_counter = itertools.count()
 
 
 def fsync_dir(path: Path) -> None:
@@ -24,7 +27,9 @@ def fsync_dir(path: Path) -> None:
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` durably (blocking: call it from a worker thread)."""
-    tmp = path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
+    # Unique per call: concurrent writers of one record must not share a temp file.
+    unique = f"{os.getpid()}-{threading.get_ident()}-{next(_counter)}"
+    tmp = path.with_name(f".{path.name}{TEMP_MARK}{unique}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)

@@ -219,7 +219,7 @@ async def test_slow_subscriber_is_cut_off_with_a_final_error(daemon: Daemon,
     # the client reads nothing while 60k events are published (more than any socket buffers)
     await publish(client, n=60000, type="container", action="attach", id=cid)
     with trio.fail_after(20):
-        while not bytes(buf[-5:]) == b"0\r\n\r\n":
+        while bytes(buf[-5:]) != b"0\r\n\r\n":
             buf += await s.receive_some(1 << 20)
     lines = dechunk(bytes(buf)).splitlines()
     last = json.loads(lines[-1])

@@ -73,7 +73,7 @@ def _time_param(name: str) -> int | None:
     try:
         return parse_timestamp_ns(raw)
     except ValueError as exc:
-        raise InvalidParameter(f"invalid value for {name}: {exc}")
+        raise InvalidParameter(f"invalid value for {name}: {exc}") from None
 
 
 async def _chunks(sub: Subscription, shape: str) -> AsyncIterator[bytes]:

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import time
+
+import trio
+
+from svc.engine.events import SUBSCRIBER_BUFFER, Event, EventBus, EventFilter
+
+
+def ev(type_: str = "container", action: str = "start", actor: str = "abc",
+       **attrs: str) -> Event:
+    return Event(type_, action, actor, dict(attrs), time.time_ns())
+
+
+def test_filter_rules() -> None:
+    c = ev(actor="abcdef", name="web", image="repo/app:1", tier="db")
+    assert EventFilter({}).match(c)
+    assert EventFilter({"container": ["abc"]}).match(c)
+    assert EventFilter({"container": ["web"]}).match(c)
+    assert EventFilter({"container": ["/web"]}).match(c)
+    assert not EventFilter({"container": ["xyz"]}).match(c)
+    assert EventFilter({"image": ["repo/app"]}).match(c)
+    assert EventFilter({"image": ["repo/app:1"]}).match(c)
+    assert not EventFilter({"image": ["repo/app:2"]}).match(c)
+    assert EventFilter({"label": ["tier"], "event": ["start"]}).match(c)
+    assert not EventFilter({"label": ["tier=web"]}).match(c)
+    assert not EventFilter({"type": ["image"]}).match(c)
+    img = ev("image", "tag", "sha256:1", name="repo/app:latest")
+    assert EventFilter({"image": ["repo/app"]}).match(img)
+    assert EventFilter({"image": ["sha256:1"]}).match(img)
+    assert not EventFilter({"container": ["sha"]}).match(img)
+    vol = ev("volume", "create", "data", driver="local")
+    assert EventFilter({"volume": ["data"]}).match(vol)
+    assert not EventFilter({"network": ["data"]}).match(vol)
+
+
+async def _drain(sub) -> list[Event]:  # type: ignore[no-untyped-def]
+    out: list[Event] = []
+    async for batch in sub.batches():
+        out += batch
+    return out
+
+
+async def test_replay_then_live_without_gap_or_duplicate() -> None:
+    bus = EventBus()
+    t0 = time.time_ns()
+    bus.publish("container", "create", "a")
+    sub = bus.subscribe(since_ns=t0)
+    bus.publish("container", "start", "a")
+    bus.close()
+    got = await _drain(sub)
+    assert [e.action for e in got] == ["create", "start"]
+
+
+async def test_until_in_the_past_replays_only() -> None:
+    bus = EventBus()
+    bus.publish("container", "create", "a")
+    now = time.time_ns()
+    sub = bus.subscribe(since_ns=0, until_ns=now)
+    assert bus.listeners == 0
+    bus.publish("container", "die", "a")
+    assert [e.action for e in await _drain(sub)] == ["create"]
+
+
+async def test_until_in_the_future_ends_at_until() -> None:
+    bus = EventBus()
+    sub = bus.subscribe(until_ns=time.time_ns() + 200_000_000)
+    bus.publish("container", "start", "x")
+    with trio.fail_after(2):
+        got = await _drain(sub)
+    assert [e.action for e in got] == ["start"]
+
+
+async def test_slow_subscriber_is_cut_off_others_unaffected() -> None:
+    bus = EventBus()
+    slow = bus.subscribe()
+    fast = bus.subscribe({"event": ["keep"]})
+    for _ in range(SUBSCRIBER_BUFFER + 5):
+        bus.publish("container", "spam", "a")
+    bus.publish("container", "keep", "a")
+    assert slow.error and "fell" in slow.error
+    assert bus.listeners == 1
+    assert len(await _drain_until_empty(slow)) == SUBSCRIBER_BUFFER
+    bus.close()
+    assert [e.action for e in await _drain(fast)] == ["keep"]
+
+
+async def _drain_until_empty(sub) -> list[Event]:  # type: ignore[no-untyped-def]
+    return await _drain(sub)
+
+
+async def test_close_releases_and_counts() -> None:
+    bus = EventBus()
+    subs = [bus.subscribe() for _ in range(3)]
+    assert bus.listeners == 3
+    subs[0].close()
+    assert bus.listeners == 2
+    bus.close()
+    assert bus.listeners == 0
+    assert subs[1].error == "the daemon is shutting down"
+
+
+def test_records_round_trip() -> None:
+    e = ev(name="x")
+    assert Event.from_record(e.to_record()).to_record() == e.to_record()
