@@ -26,6 +26,10 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q docker-registr
 fi
 
 PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import ensurepip, venv' 2>/dev/null; then   # Debian's python3 splits venv out
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi

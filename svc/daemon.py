@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -97,6 +98,9 @@ def run_daemon(config: DaemonConfig,
         check_tls_files(config)
     except ServerSetupError as exc:
         raise DaemonError(str(exc)) from None
+    if shutil.which(config.runtime) is None:
+        log.warning("OCI runtime %r not found: containers cannot run until it is installed",
+                    config.runtime)
     claim_pidfile(config.pidfile)
     try:
         engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,

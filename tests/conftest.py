@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -57,14 +60,20 @@ async def client(daemon: Daemon) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@functools.cache
+def _docker_config_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="svct-docker-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def docker_cli(host: str, *args: str, timeout: float = 60,
                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real docker CLI against a daemon; a private DOCKER_CONFIG avoids user state."""
     docker = shutil.which("docker")
     if docker is None:
         pytest.skip("the docker CLI is not installed on this machine")
-    cfg = Path("/tmp/svct-docker-config")
-    cfg.mkdir(exist_ok=True)
+    cfg = _docker_config_dir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
     env.update(DOCKER_HOST=host, DOCKER_CONFIG=str(cfg))
     env.update(extra_env or {})
