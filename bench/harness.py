@@ -1,5 +1,5 @@
 """Shared pieces of the benchmarks: figures and targets, raw HTTP/1.1 over unix sockets, and
-/proc readings. The daemon under test lives in ``bench.daemon``.
+/proc readings. The servers under test are started by ``bench.procs``.
 
 Everything here is blocking and standard library only, so the benchmark clients stay cheap and
 never share an event loop with what they measure.

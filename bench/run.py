@@ -1,0 +1,176 @@
+"""Run svc's benchmarks and print each figure beside its target.
+
+    python bench/run.py [--scale F] [--list] [NAME ...]
+
+One svcd (``tests.support.testd``: svcd plus probe routes) is started with all of its state in a
+fresh temporary directory; the chosen benchmarks (all by default) run against it in a fixed
+order; svcd is then stopped with SIGTERM and the directory removed. The table goes to stdout and
+the full results to ``bench/results/bench-<UTC time>.json`` (and ``latest.json``).
+
+Targets are reported, not gated: the exit code is 0 even when a figure misses its target (the
+row says MISS). It is 1 only when a benchmark could not run at all (its row says FAILED), and 2
+for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_events, bench_requests, bench_rss, procs, report  # noqa: E402
+from bench.context import Benchmark, Context  # noqa: E402
+from bench.harness import REPO, Figure  # noqa: E402
+
+# Fixed order: rss_idle must see an untouched daemon, rss_after comes last.
+BENCHMARKS = [
+    Benchmark("rss_idle", bench_rss.rss_idle),
+    Benchmark("events_1_sub", bench_events.events_1_sub),
+    Benchmark("events_100_subs", bench_events.events_100_subs),
+    Benchmark("ping", bench_requests.ping),
+    Benchmark("version", bench_requests.version),
+    Benchmark("rss_after", bench_rss.rss_after),
+]
+BY_NAME = {b.name: b for b in BENCHMARKS}
+LOG_MARKS = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"benchmarks to run (default: all): {', '.join(BY_NAME)}")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply event and request counts (e.g. 0.1 for a quick check)")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = p.parse_args(argv)
+    unknown = [n for n in args.names if n not in BY_NAME]
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    if args.scale <= 0:
+        p.error("--scale must be positive")
+    return args
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_one(ctx: Context, bench: Benchmark, doc: dict[str, Any],
+            figures: list[Figure], failed: dict[str, str]) -> None:
+    say(f"{bench.name}: {bench.summary}")
+    t0 = time.monotonic()
+    entry: dict[str, Any] = {"summary": bench.summary}
+    try:
+        if not ctx.daemon.alive():
+            raise RuntimeError("svcd is no longer running")
+        out = bench.run(ctx)
+    except Exception as exc:  # a failed benchmark is reported; the others still run
+        failed[bench.name] = f"{type(exc).__name__}: {exc}"
+        entry["error"] = traceback.format_exc()
+        say(f"{bench.name} FAILED: {failed[bench.name]}")
+    else:
+        figures.extend(out.figures)
+        entry.update(figures=[f.to_json() for f in out.figures], details=out.details,
+                     warnings=out.warnings)
+        doc["warnings"] += [f"{bench.name}: {w}" for w in out.warnings]
+    entry["seconds"] = round(time.monotonic() - t0, 2)
+    doc["benchmarks"][bench.name] = entry
+    ctx.ran.append(bench.name)
+    say(f"{bench.name}: done in {entry['seconds']:.1f} s")
+
+
+def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any]:
+    """Stop svcd and check it left nothing behind; reads its log before the directory goes."""
+    t0 = time.monotonic()
+    code = daemon.stop()
+    leftovers = [p.name for p in (daemon.socket, workdir / "svc.pid") if p.exists()]
+    log_lines = [ln for ln in daemon.log_text().splitlines() if any(m in ln for m in LOG_MARKS)]
+    return {"exit_code": code, "stop_s": round(time.monotonic() - t0, 2),
+            "leftovers": leftovers, "log_warnings": log_lines[:50],
+            "log_warning_count": len(log_lines)}
+
+
+def run_all(chosen: list[Benchmark], scale: float, doc: dict[str, Any],
+            figures: list[Figure], failed: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="svc-bench-", dir="/tmp") as tmp:
+        workdir = Path(tmp)
+        doc["workdir"] = tmp
+        daemon = procs.daemon(workdir)
+        try:
+            ctx = Context(workdir, daemon, scale)
+            with ctx.cleanup:
+                say(f"starting svcd in {tmp}")
+                daemon.start()
+                for bench in chosen:
+                    run_one(ctx, bench, doc, figures, failed)
+        finally:
+            doc["daemon"] = shutdown_report(daemon, workdir)
+    doc["workdir_removed"] = not Path(tmp).exists()
+
+
+def daemon_notes(doc: dict[str, Any]) -> list[str]:
+    d = doc.get("daemon", {})
+    notes = [f"svcd stopped with exit code {d.get('exit_code')} in {d.get('stop_s')} s"
+             + (f"; LEFT BEHIND: {', '.join(d['leftovers'])}" if d.get("leftovers") else
+                "; socket and pid file removed")
+             + ("; temp dir removed" if doc.get("workdir_removed") else "; TEMP DIR LEFT")]
+    if d.get("log_warning_count"):
+        notes.append(f"svcd logged {d['log_warning_count']} warning/error line(s), first: "
+                     f"{d['log_warnings'][0]}")
+    return notes
+
+
+def finish(doc: dict[str, Any], figures: list[Figure], failed: dict[str, str]) -> Path:
+    """Complete the results document and write it; returns its path."""
+    doc["finished"] = report.now_iso()
+    doc["host"]["loadavg_at_end"] = os.getloadavg()
+    doc["figures"] = [f.to_json() for f in figures]
+    doc["failed"] = failed
+    doc["notes"] = report.busy_host_note(doc["host"]) + doc["warnings"] + daemon_notes(doc)
+    doc["verdict"] = report.verdict(figures, failed)
+    return report.write_results(doc)
+
+
+def print_report(doc: dict[str, Any], figures: list[Figure], failed: dict[str, str],
+                 path: Path) -> None:
+    print()
+    print(report.table(figures, failed))
+    print()
+    for line in doc["notes"]:
+        print(f"note: {line}")
+    for name, msg in failed.items():
+        print(f"FAILED {name}: {msg}")
+    print(f"\n{doc['verdict']}\nresults: {path.relative_to(REPO)}")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for b in BENCHMARKS:
+            print(f"{b.name:16} {b.summary}")
+        return 0
+    chosen = [b for b in BENCHMARKS if not args.names or b.name in args.names]
+    doc: dict[str, Any] = {"started": report.now_iso(), "host": report.host_info(),
+                           "scale": args.scale, "benchmarks": {}, "warnings": []}
+    figures: list[Figure] = []
+    failed: dict[str, str] = {}
+    try:
+        run_all(chosen, args.scale, doc, figures, failed)
+    except Exception as exc:  # svcd did not start, or could not be stopped
+        failed["(setup)"] = f"{type(exc).__name__}: {exc}"
+        doc["error"] = traceback.format_exc()
+    path = finish(doc, figures, failed)
+    print_report(doc, figures, failed, path)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
