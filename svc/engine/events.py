@@ -1,16 +1,18 @@
-"""The event bus: one publisher API for the whole engine, one bounded channel per subscriber.
+"""The event bus: one publisher API for the whole engine, one cursor per subscriber.
 
 Policy (see docs/architecture.md):
-* ``publish`` never blocks and never waits on a subscriber. It appends to a bounded replay ring
-  and does ``send_nowait`` into each matching subscriber's channel (``SUBSCRIBER_BUFFER`` slots).
-* A subscriber whose channel is full is cut off: its channel is closed and ``Subscription.error``
-  says why, so its stream ends with a clear final error instead of stalling the others or
-  growing memory without bound.
-* ``subscribe`` is synchronous: the replay snapshot and the live registration happen with no
+* ``publish`` never blocks and never waits on a subscriber: it appends the event to one shared,
+  bounded log and wakes the subscribers that are waiting. Its cost does not grow with the
+  number of subscribers, and neither does memory: subscribers share the log and each holds
+  only a cursor into it.
+* A subscriber that falls more than ``SUBSCRIBER_LAG`` events behind (its client is not
+  reading) is cut off: its stream ends with a final error object that says why, instead of
+  stalling the others or holding events without bound.
+* ``subscribe`` is synchronous: the replay snapshot and the live cursor are taken with no
   checkpoint between them, so a subscriber registered before its response headers are sent
   misses nothing and sees nothing twice.
-* Recent events are kept (``REPLAY_EVENTS``) and persisted through the event log in batches, so
-  ``since``/``until`` replay works across a restart.
+* The newest ``REPLAY_EVENTS`` events are replayable (``since``/``until``) and persisted
+  through the event log in batches, so replay works across a restart.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import trio
 log = logging.getLogger("svc.events")
 
 REPLAY_EVENTS = 1024
-SUBSCRIBER_BUFFER = 1024
+SUBSCRIBER_LAG = 4096
 FLUSH_INTERVAL = 0.5
-BATCH_EVENTS = 256
+BATCH_EVENTS = 1024
 
 EVENT_TYPES = ("container", "image", "volume", "network")
 
@@ -133,11 +135,10 @@ class EventSink(Protocol):
 
     def load(self) -> list[dict[str, Any]]: ...
     def append(self, records: list[dict[str, Any]]) -> None: ...
-    def compact(self, newest: list[dict[str, Any]]) -> None: ...
 
 
 class Subscription:
-    """A subscriber: a replay backlog, then live events until ``until`` or a cut-off."""
+    """A subscriber: a replay backlog, then live events until ``until``, a cut-off or the end."""
 
     def __init__(self, bus: EventBus, filt: EventFilter, backlog: list[Event],
                  since_ns: int | None, until_ns: int | None, live: bool) -> None:
@@ -147,10 +148,8 @@ class Subscription:
         self.since_ns = since_ns
         self.until_ns = until_ns
         self.error: str | None = None
-        self._send: trio.MemorySendChannel[Event] | None = None
-        self._recv: trio.MemoryReceiveChannel[Event] | None = None
-        if live:
-            self._send, self._recv = trio.open_memory_channel[Event](SUBSCRIBER_BUFFER)
+        self.live = live
+        self.cursor = bus._seq  # sequence number of the next live event to deliver
 
     def wants(self, ev: Event) -> bool:
         if self.since_ns is not None and ev.time_nano < self.since_ns:
@@ -159,82 +158,77 @@ class Subscription:
             return False
         return self.filter.match(ev)
 
-    def _deliver(self, ev: Event) -> bool:
-        """Called by publish; False means this subscriber must be dropped."""
-        assert self._send is not None
-        try:
-            self._send.send_nowait(ev)
-        except trio.WouldBlock:
-            self.error = (f"event stream cut off: the client fell {SUBSCRIBER_BUFFER} events "
-                          "behind; reconnect with since= to resume")
-            log.warning("dropping a slow event subscriber (%d events queued)", SUBSCRIBER_BUFFER)
-            self._send.close()
-            return False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return False
-        return True
-
-    def queued(self) -> int:
-        return 0 if self._recv is None else self._recv.statistics().current_buffer_used
+    def lag(self) -> int:
+        return self._bus._seq - self.cursor if self.live else 0
 
     def end(self, reason: str | None = None) -> None:
-        """Stop live delivery (daemon shutdown or subscriber gone); buffered events still drain."""
+        """Stop live delivery (shutdown); events already published still drain."""
         if reason and self.error is None:
             self.error = reason
+        self.live = False
         self._bus._discard(self)
-        if self._send is not None:
-            self._send.close()
 
     def close(self) -> None:
-        """The consumer is done: unregister and release the channel."""
+        """The consumer is done: unregister."""
+        self.live = False
         self._bus._discard(self)
-        if self._send is not None:
-            self._send.close()
-        if self._recv is not None:
-            self._recv.close()
 
     async def batches(self, max_events: int = BATCH_EVENTS) -> AsyncIterator[list[Event]]:
         """Yield events in batches: the backlog, then live events as they come.
 
-        Ends at ``until`` (wall clock), when the channel is closed (cut-off or shutdown), or
-        never. Cancellation: a checkpoint; cancelling leaves the subscription registered, the
-        caller's ``close()`` (in a finally) unregisters it.
+        Ends at ``until`` (wall clock), when the subscriber is cut off or ended (shutdown),
+        or never. Cancellation: a checkpoint; the caller's ``close()`` (in a finally)
+        unregisters the subscription.
         """
         for i in range(0, len(self.backlog), max_events):
             yield self.backlog[i : i + max_events]
         self.backlog = []
-        if self._recv is None:
-            return
         deadline = float("inf")
         if self.until_ns is not None:
             deadline = trio.current_time() + max(0.0, (self.until_ns - time.time_ns()) / 1e9)
-        recv = self._recv
+        bus = self._bus
         while True:
-            batch: list[Event] = []
-            with trio.move_on_at(deadline):
-                try:
-                    batch.append(await recv.receive())
-                except trio.EndOfChannel:
+            if self.cursor == bus._seq:
+                if not self.live:
                     return
-            if not batch:
-                return  # until reached
-            while len(batch) < max_events:
-                try:
-                    batch.append(recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            yield batch
+                with trio.move_on_at(deadline) as scope:
+                    await bus._lot.park()
+                if scope.cancelled_caught:
+                    return  # until reached
+                continue
+            if bus._seq - self.cursor > SUBSCRIBER_LAG:
+                self.error = (f"event stream cut off: the client fell more than "
+                              f"{SUBSCRIBER_LAG} events behind; reconnect with since= to resume")
+                log.warning("cutting off a slow event subscriber (%d events behind)",
+                            bus._seq - self.cursor)
+                self.close()
+                return
+            start = self.cursor - bus._base
+            batch = bus._log[start : start + max_events]
+            self.cursor += len(batch)
+            if self.filter or self.since_ns is not None or self.until_ns is not None:
+                batch = [ev for ev in batch if self.wants(ev)]
+            if batch:
+                yield batch
+            else:
+                await trio.lowlevel.checkpoint()
 
 
 class EventBus:
-    """Publish/subscribe for engine events with a persisted replay ring."""
+    """Publish/subscribe for engine events over one shared, bounded log."""
 
     def __init__(self, sink: EventSink | None = None, *, keep: int = REPLAY_EVENTS) -> None:
         self._sink = sink
-        self._ring: deque[Event] = deque(maxlen=keep)
+        self._keep = keep
+        # The shared log: events with sequence numbers _base .. _seq-1. It keeps at least
+        # max(keep, SUBSCRIBER_LAG) events and is trimmed in amortized O(1).
+        self._log: list[Event] = []
+        self._base = 0
+        self._seq = 0
+        self._retain = max(keep, SUBSCRIBER_LAG)
+        self._lot = trio.lowlevel.ParkingLot()
         self._subs: list[Subscription] = []
-        self._pending: list[Event] = []
-        self._wake = trio.Event()
+        self._pending: deque[Event] = deque(maxlen=keep)  # not yet persisted (newest only)
         self.closed = False
 
     @property
@@ -242,32 +236,33 @@ class EventBus:
         return len(self._subs)
 
     def load(self) -> int:
-        """Fill the replay ring from the sink (blocking; call before serving)."""
+        """Fill the replay log from the sink (blocking; call before serving)."""
         if self._sink is None:
             return 0
-        records = self._sink.load()
-        for rec in records:
+        for rec in self._sink.load()[-self._keep :]:
             try:
-                self._ring.append(Event.from_record(rec))
+                self._append(Event.from_record(rec))
             except (KeyError, TypeError, ValueError):
                 log.warning("skipping a damaged event record: %r", rec)
-        return len(self._ring)
+        return len(self._log)
+
+    def _append(self, ev: Event) -> None:
+        self._log.append(ev)
+        self._seq += 1
+        if len(self._log) >= 2 * self._retain:
+            cut = len(self._log) - self._retain
+            del self._log[:cut]
+            self._base += cut
 
     def publish(self, type: str, action: str, actor_id: str,
                 attributes: Mapping[str, str] | None = None) -> Event:
-        """Record an event and hand it to every matching subscriber. Never blocks."""
+        """Record an event and wake the subscribers. Never blocks; O(1) in subscribers."""
         ev = Event(type, action, actor_id, dict(attributes or {}), time.time_ns())
-        self._ring.append(ev)
+        self._append(ev)
         if self._sink is not None:
             self._pending.append(ev)
-        dropped = None
-        for sub in self._subs:
-            if sub.wants(ev) and not sub._deliver(ev):
-                dropped = dropped or []
-                dropped.append(sub)
-        if dropped:
-            for sub in dropped:
-                self._discard(sub)
+        if self._lot:
+            self._lot.unpark_all()
         return ev
 
     def subscribe(self, filters: Mapping[str, Iterable[str]] | None = None, *,
@@ -278,7 +273,7 @@ class EventBus:
         backlog: list[Event] = []
         if since_ns is not None or until_ns is not None:
             lo = since_ns if since_ns is not None else 0
-            backlog = [e for e in self._ring
+            backlog = [e for e in self._log[-self._keep :]
                        if e.time_nano >= lo and (until_ns is None or e.time_nano <= until_ns)
                        and filt.match(e)]
         live = not self.closed and (until_ns is None or until_ns > now)
@@ -287,18 +282,22 @@ class EventBus:
             self._subs.append(sub)
         return sub
 
-    def fullest_queue(self) -> int:
-        return max((s.queued() for s in self._subs), default=0)
+    def max_lag(self) -> int:
+        """How far the slowest live subscriber is behind (for pacing benchmarks)."""
+        return max((self._seq - s.cursor for s in self._subs), default=0)
 
     def _discard(self, sub: Subscription) -> None:
         with contextlib.suppress(ValueError):
             self._subs.remove(sub)
+        if self._lot:
+            self._lot.unpark_all()
 
     def close(self, reason: str = "the daemon is shutting down") -> None:
         """End every live stream (they drain, then finish); later subscribers get replay only."""
         self.closed = True
         for sub in list(self._subs):
             sub.end(reason)
+        self._lot.unpark_all()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Persist pending events in batches until cancelled; a final flush on the way out.
@@ -316,11 +315,13 @@ class EventBus:
                 await self.flush()
 
     async def flush(self) -> None:
+        """Append what was published since the last flush (at most the newest ``keep``)."""
         if self._sink is None or not self._pending:
             return
-        batch, self._pending = self._pending, []
-        records = [e.to_record() for e in batch]
+        batch = list(self._pending)
+        self._pending.clear()
+        sink = self._sink
         try:
-            await trio.to_thread.run_sync(self._sink.append, records)
+            await trio.to_thread.run_sync(lambda: sink.append([e.to_record() for e in batch]))
         except Exception as exc:  # the log is best effort: never take the daemon down
-            log.error("could not persist %d event(s): %s", len(records), exc)
+            log.error("could not persist %d event(s): %s", len(batch), exc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ class EventLog:
         self.path = path
         self.keep = keep
         self._lines = 0
+        # The newest records, so that compaction never has to re-read the file.
+        self._tail: deque[dict[str, Any]] = deque(maxlen=keep)
 
     def load(self) -> list[dict[str, Any]]:
         """Return the newest ``keep`` records, oldest first, skipping damaged lines."""
@@ -47,7 +50,9 @@ class EventLog:
         if bad:
             log.warning("event log %s: skipped %d damaged line(s)", self.path, bad)
         self._lines = len(records) + bad
-        return records[-self.keep :]
+        self._tail.clear()
+        self._tail.extend(records[-self.keep :])
+        return list(self._tail)
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Append records; compacts the file when it has grown past its bound."""
@@ -63,8 +68,9 @@ class EventLog:
         finally:
             os.close(fd)
         self._lines += len(records)
+        self._tail.extend(records)
         if self._lines > 4 * self.keep:
-            self.compact(self.load())
+            self.compact(list(self._tail))
 
     def compact(self, newest: list[dict[str, Any]]) -> None:
         """Rewrite the log atomically with just ``newest`` (at most ``keep`` records)."""

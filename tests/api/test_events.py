@@ -223,9 +223,9 @@ async def test_slow_subscriber_is_cut_off_with_a_final_error(daemon: Daemon,
             buf += await s.receive_some(1 << 20)
     lines = dechunk(bytes(buf)).splitlines()
     last = json.loads(lines[-1])
-    assert "error" in last and "fell 1024 events behind" in last["error"]
+    assert "error" in last and "fell more than 4096 events behind" in last["error"]
     assert last["errorDetail"]["message"] == last["error"]
-    assert 1024 <= len(lines) - 1 < 60000
+    assert len(lines) - 1 < 60000
     # other subscribers and the daemon are unaffected
     assert (await client.get("/_ping")).text == "OK"
 
