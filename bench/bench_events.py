@@ -6,7 +6,7 @@ How it is measured:
   the bottleneck. Once every subscriber has its response head (svcd subscribes before sending
   it), the runner asks the probe route to publish N events:
   ``POST /_probe/events?n=N&paced=1``. ``paced`` makes the publisher wait whenever some
-  subscriber has more than 512 events queued, so none should hit the 1024-event cut-off.
+  subscriber is more than 2048 events behind, so none should hit the 4096-event cut-off.
 * Per subscriber: rate = events that arrived after its first read / (last arrival - first
   arrival). For 100 subscribers the headline is the slowest one; the median and the total
   deliveries/s are reported beside it.
@@ -87,7 +87,7 @@ def _problems(report: dict[str, Any], events: int) -> list[str]:
     cut = sum(1 for s in report["subs"] if s["cut_off"])
     short = [s["events"] for s in report["subs"] if s["events"] < events]
     if cut:
-        out.append(f"{cut} subscriber(s) were cut off by svcd (1024-event buffer full)")
+        out.append(f"{cut} subscriber(s) were cut off by svcd (more than 4096 events behind)")
     if short:
         out.append(f"{len(short)} subscriber(s) missed events (fewest received: {min(short)} "
                    f"of {events})")
