@@ -8,7 +8,8 @@
    E events, its stream ended (e.g. a cut-off), or the timeout passed.
 3. Prints one JSON line: per subscriber, the events counted, when the first and last of them
    arrived (CLOCK_MONOTONIC ns, comparable across processes), and whether the stream ended with
-   svcd's ``{"error": ...}`` line (the subscriber fell more than 4096 events behind and was dropped).
+   svcd's ``{"error": ...}`` line (the subscriber fell more than 4096 events behind and was
+   dropped).
 
 Reading is cheap by design. Every event is one JSON line ending in ``}\\n`` and JSON escapes
 newlines inside strings, while the chunked framing only adds ``<hex>\\r\\n`` and ``\\r\\n``, so
