@@ -29,10 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.harness import read_head
+
 EVENT_END = b"}\n"
 ERROR_MARK = b'{"error"'
 LAST_CHUNK = b"\r\n0\r\n\r\n"
 TAIL = 16
+# The final error object is short; it is looked for in the last bytes of each read.
+ERROR_WINDOW = 1024
 READ_SIZE = 256 * 1024
 EVENTS_REQUEST = b"GET /v1.23/events HTTP/1.1\r\nHost: docker\r\nUser-Agent: svc-bench\r\n\r\n"
 
@@ -52,21 +56,24 @@ class Counter:
     ended: bool = False
 
     def feed(self, data: bytes, now: int) -> None:
+        """One pass over ``data`` and no copies of it: only the edges are joined with the tail."""
         self.reads += 1
-        window = self.tail + data
-        # The tail was already searched; a new "}\n" can only start at its last byte.
-        new = (window[len(self.tail) - 1:] if self.tail else window).count(EVENT_END)
+        new = data.count(EVENT_END)
+        if self.tail.endswith(EVENT_END[:1]) and data.startswith(EVENT_END[1:]):
+            new += 1  # a "}\n" split across two reads
         if new:
             if not self.first_ns:
                 self.first_ns = now
                 self.lines_at_first = new
             self.lines += new
             self.last_ns = now
-        if ERROR_MARK in window:
+        # The error object and the last chunk come at the very end of a stream.
+        end = self.tail + data[-ERROR_WINDOW:]
+        if ERROR_MARK in end:
             self.error = True
-        if LAST_CHUNK in window:
+        if LAST_CHUNK in end:
             self.ended = True
-        self.tail = window[-TAIL:]
+        self.tail = end[-TAIL:]
 
     @property
     def events(self) -> int:
@@ -84,13 +91,7 @@ def subscribe(path: Path, timeout: float) -> Counter:
     sock.settimeout(timeout)
     sock.connect(str(path))
     sock.sendall(EVENTS_REQUEST)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("svcd closed the events connection before its head")
-        buf += data
-    head, _, rest = buf.partition(b"\r\n\r\n")
+    head, rest = read_head(sock)
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"GET /events answered {head.splitlines()[0]!r}")
     counter = Counter(sock)
