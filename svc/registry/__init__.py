@@ -1,0 +1,1 @@
+"""Registry side: image reference grammar, later the registry v2 client and its auth."""
