@@ -1,0 +1,190 @@
+"""Streaming decompression of layer archives, chosen by sniffing the first bytes.
+
+A layer blob may be a plain tar or a gzip, bzip2 or xz compressed one, and neither the file name
+nor any header a client sends is trusted: ``open_decompressed`` looks at the magic bytes only
+(as moby's ``DecompressStream`` does). Memory stays bounded: at most ``CHUNK`` bytes of input and
+``CHUNK`` bytes of output are held at a time, however well the data compresses.
+
+Blocking: call it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import lzma
+import zlib
+from typing import BinaryIO, Protocol, cast
+
+from svc.errors import InvalidParameter
+
+CHUNK = 1 << 20
+
+GZIP_MAGIC = b"\x1f\x8b"
+BZIP2_MAGIC = b"BZh"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+_MAGIC = ((GZIP_MAGIC, "gzip"), (BZIP2_MAGIC, "bzip2"), (XZ_MAGIC, "xz"))
+
+
+class _Decompressor(Protocol):
+    """The part of ``bz2.BZ2Decompressor`` / ``lzma.LZMADecompressor`` this module uses."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def needs_input(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
+
+
+class _Gzip:
+    """``zlib.decompressobj(wbits=31)`` behind the bz2/lzma decompressor interface."""
+
+    def __init__(self) -> None:
+        self._z = zlib.decompressobj(31)
+
+    @property
+    def eof(self) -> bool:
+        return self._z.eof
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._z.unconsumed_tail
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._z.unused_data
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        tail = self._z.unconsumed_tail
+        return self._z.decompress(tail + data if tail else data, max(max_length, 0))
+
+
+def _new_decompressor(kind: str) -> _Decompressor:
+    if kind == "gzip":
+        return _Gzip()
+    if kind == "bzip2":
+        return cast(_Decompressor, bz2.BZ2Decompressor())
+    return cast(_Decompressor, lzma.LZMADecompressor(format=lzma.FORMAT_XZ))
+
+
+def sniff(head: bytes) -> str:
+    """Name the compression of a stream from its first bytes: gzip, bzip2, xz or plain."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    return "plain"
+
+
+class _Prefixed(io.RawIOBase):
+    """A plain stream whose first bytes were already read for sniffing."""
+
+    def __init__(self, src: BinaryIO, head: bytes) -> None:
+        self._src = src
+        self._head = head
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        readinto = getattr(self._src, "readinto", None)
+        if readinto is not None:
+            return int(readinto(buffer) or 0)
+        data = self._src.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _Decompressing(io.RawIOBase):
+    """Decompress ``src`` on the fly; concatenated members/streams are read one after another."""
+
+    def __init__(self, src: BinaryIO, head: bytes, kind: str) -> None:
+        self._src = src
+        self._kind = kind
+        self._input = head  # compressed bytes not yet given to the decompressor
+        self._d = _new_decompressor(kind)
+        self._out = memoryview(b"")
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        while not self._out and not self._done:
+            self._step()
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def _corrupt(self, why: str) -> InvalidParameter:
+        return InvalidParameter(f"invalid layer archive: corrupt {self._kind} data: {why}")
+
+    def _step(self) -> None:
+        """Produce some output (or reach the end); raises InvalidParameter on bad data."""
+        if self._d.eof:
+            self._next_member()
+            return
+        if self._d.needs_input and not self._input:
+            self._input = self._src.read(CHUNK)
+        data, self._input = self._input, b""
+        try:
+            self._out = memoryview(self._d.decompress(data, CHUNK))
+        except (zlib.error, OSError, lzma.LZMAError, EOFError) as exc:
+            raise self._corrupt(str(exc)) from exc
+        if not data and not self._out and not self._d.eof and self._d.needs_input:
+            raise self._corrupt("unexpected end of data")
+
+    def _next_member(self) -> None:
+        """After one gzip member / bzip2 or xz stream: start the next, or finish at EOF."""
+        rest = self._d.unused_data + self._input
+        while len(rest) < len(XZ_MAGIC) and rest.strip(b"\0"):
+            more = self._src.read(CHUNK)
+            if not more:
+                break
+            rest += more
+        if not rest.strip(b"\0"):
+            # Zero padding after the last stream is tolerated, as gzip(1) and xz(1) do.
+            while more := self._src.read(CHUNK):
+                if more.strip(b"\0"):
+                    raise self._corrupt("trailing garbage after the compressed data")
+            self._done = True
+            return
+        if sniff(rest) != self._kind:
+            raise self._corrupt("trailing garbage after the compressed data")
+        self._d = _new_decompressor(self._kind)
+        self._input = rest
+
+
+def open_decompressed(stream: BinaryIO) -> BinaryIO:
+    """Return a readable that yields ``stream`` decompressed, whatever its compression.
+
+    Args:
+      stream: the raw blob, positioned at its start; it is read sequentially and never closed.
+
+    Returns:
+      A buffered binary reader. Reads raise ``InvalidParameter`` ("invalid layer archive:
+      corrupt gzip data: ...") when the compressed data is damaged or truncated.
+
+    Cancellation: blocking and not a checkpoint; an abandoned reader holds no resources beyond
+    its buffers.
+    """
+    head = b""
+    while len(head) < len(XZ_MAGIC):
+        more = stream.read(len(XZ_MAGIC) - len(head))
+        if not more:
+            break
+        head += more
+    kind = sniff(head)
+    raw: io.RawIOBase
+    raw = _Prefixed(stream, head) if kind == "plain" else _Decompressing(stream, head, kind)
+    return cast(BinaryIO, io.BufferedReader(raw, CHUNK))
