@@ -1,0 +1,360 @@
+"""The layer store: unpacked image layers on disk, laid out like docker's overlay2 driver.
+
+``<root>/<chain hex>/`` holds one layer: ``diff/`` (the unpacked tree, an overlay lower dir),
+``skeleton`` (see ``tarlayer``: rebuilds the exact layer tar), ``link`` (its short name) and
+``layer.json``, written last with ``atomic_write``: a layer *is* committed exactly when that file
+exists. ``<root>/l/<LINK>`` is a symlink to ``../<chain hex>/diff``, so overlay's ``lowerdir=``
+stays short enough for the page-size limit even with 60+ layers (mount with ``cwd=<root>``).
+
+Layers are unpacked into ``<root>/tmp-<random>/`` and renamed into place; a crash leaves only
+``tmp-*`` directories and directories without ``layer.json``, which ``prepare`` removes.
+File data is not fsynced (moby does not either): after a power loss, as opposed to a crash of the
+daemon, a layer committed in the last seconds may hold incomplete files.
+
+Everything blocks: the engine calls it from worker threads. ``register``/``stage`` may run in
+several threads at once; commits and deletes are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from svc.errors import Conflict, InvalidParameter, NotFound
+from svc.storage.atomic import atomic_remove, atomic_write, fsync_dir
+from svc.storage.compression import open_decompressed
+from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
+
+log = logging.getLogger("svc.storage.layers")
+
+LINK_DIR = "l"
+TEMP_PREFIX = "tmp-"
+_HEX = re.compile(r"[0-9a-f]{64}")
+_LINK = re.compile(r"[A-Z2-7]{26}")
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One committed layer."""
+
+    chain_id: str  # "sha256:..."; = diff_id for a base layer
+    diff_id: str  # sha256 of the uncompressed layer tar
+    parent: str | None  # the parent's chain id
+    size: int  # bytes of regular file content
+    link: str  # short name under <root>/l/, a symlink to ../<chain hex>/diff
+    tar_size: int = 0  # bytes of the layer tar that write_tar produces
+
+
+@dataclass
+class StagedLayer:
+    """A layer unpacked into a temp dir, not yet in the store: ``commit`` or ``discard`` it."""
+
+    path: Path  # <root>/tmp-<random>
+    diff_id: str
+    size: int
+    tar_size: int
+    committed_as: str | None = None  # chain id once ``commit`` moved the directory
+
+
+def chain_id_of(parent: str | None, diff_id: str) -> str:
+    """Docker's chain id: the diff id for a base layer, else sha256 of "<parent> <diff id>"."""
+    if parent is None:
+        return diff_id
+    return "sha256:" + hashlib.sha256(f"{parent} {diff_id}".encode()).hexdigest()
+
+
+def _hex(chain_id: str) -> str:
+    return chain_id.removeprefix("sha256:")
+
+
+def _remove_tree(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)
+
+
+class LayerStore:
+    """Layers under ``root`` (``<svc --root>/overlay2``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._layers: dict[str, LayerInfo] = {}
+        self._lock = threading.Lock()
+
+    # -- startup ----------------------------------------------------------------------------
+
+    def prepare(self) -> list[str]:
+        """Create the directories, remove what a crash left, load the committed layers.
+
+        Returns:
+          The paths discarded: ``tmp-*`` directories, layer directories without a valid
+          ``layer.json`` (or whose parent is gone), and short links to no committed layer.
+        """
+        (self.root / LINK_DIR).mkdir(parents=True, exist_ok=True, mode=0o700)
+        discarded: list[str] = []
+        found: dict[str, LayerInfo] = {}
+        for entry in sorted(self.root.iterdir()):
+            if entry.name == LINK_DIR:
+                continue
+            info = self._load(entry) if _HEX.fullmatch(entry.name) else None
+            if info is not None:
+                found[info.chain_id] = info
+            elif entry.name.startswith(TEMP_PREFIX) or _HEX.fullmatch(entry.name):
+                _remove_tree(entry)
+                discarded.append(str(entry))
+            else:
+                log.warning("leaving unknown entry %s alone", entry)
+        for orphan in _orphans(found):
+            del found[orphan]
+            _remove_tree(self.root / _hex(orphan))
+            discarded.append(str(self.root / _hex(orphan)))
+        discarded += self._sweep_links(found)
+        with self._lock:
+            self._layers = found
+        return discarded
+
+    def _load(self, layer_dir: Path) -> LayerInfo | None:
+        try:
+            doc = json.loads((layer_dir / "layer.json").read_bytes())
+            info = LayerInfo(str(doc["chain_id"]), str(doc["diff_id"]),
+                             None if doc["parent"] is None else str(doc["parent"]),
+                             int(doc["size"]), str(doc["link"]), int(doc["tar_size"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("layer %s is not committed: %s", layer_dir.name, exc)
+            return None
+        if info.chain_id != "sha256:" + layer_dir.name \
+                or chain_id_of(info.parent, info.diff_id) != info.chain_id \
+                or not _LINK.fullmatch(info.link):
+            log.warning("layer %s has an inconsistent layer.json", layer_dir.name)
+            return None
+        return info
+
+    def _sweep_links(self, layers: dict[str, LayerInfo]) -> list[str]:
+        """Remove short links to no committed layer; recreate missing ones."""
+        links = self.root / LINK_DIR
+        wanted = {info.link: f"../{_hex(info.chain_id)}/diff" for info in layers.values()}
+        removed = []
+        for entry in links.iterdir():
+            try:
+                target = os.readlink(entry)
+            except OSError:
+                target = None
+            if wanted.get(entry.name) != target:
+                if entry.is_dir() and not entry.is_symlink():
+                    _remove_tree(entry)
+                else:
+                    entry.unlink()
+                removed.append(str(entry))
+        for name, target in wanted.items():
+            if not (links / name).is_symlink():
+                os.symlink(target, links / name)
+        return removed
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def get(self, chain_id: str) -> LayerInfo | None:
+        with self._lock:
+            return self._layers.get(chain_id)
+
+    def list(self) -> list[LayerInfo]:
+        """Every committed layer, children before their parents (safe order for deletes)."""
+        with self._lock:
+            layers = dict(self._layers)
+        depth = {c: len(_chain(c, layers)) for c in layers}
+        return sorted(layers.values(), key=lambda i: (-depth[i.chain_id], i.chain_id))
+
+    def _require(self, chain_id: str) -> LayerInfo:
+        info = self.get(chain_id)
+        if info is None:
+            raise NotFound(f"no such layer: {chain_id}")
+        return info
+
+    def diff_dir(self, chain_id: str) -> Path:
+        return self.root / _hex(self._require(chain_id).chain_id) / "diff"
+
+    def tar_size(self, chain_id: str) -> int:
+        """Length of the tar ``write_tar`` writes for this layer."""
+        return self._require(chain_id).tar_size
+
+    def lower_dirs(self, chain_id: str) -> builtins.list[str]:
+        """``["l/LINK", "l/PARENTLINK", ...]``, top first, relative to ``root``."""
+        with self._lock:
+            layers = dict(self._layers)
+        return [f"{LINK_DIR}/{info.link}" for info in _chain(chain_id, layers)]
+
+    def write_tar(self, chain_id: str, out: BinaryIO) -> None:
+        """Write the layer's tar, byte for byte as it was registered (its diff id verifies).
+
+        Cancellation: blocking; on an error ``out`` holds a truncated tar.
+        """
+        layer_dir = self.root / _hex(self._require(chain_id).chain_id)
+        with open(layer_dir / "skeleton", "rb") as skeleton:
+            write_layer_from_skeleton(skeleton, layer_dir / "diff", out)
+
+    # -- registering ------------------------------------------------------------------------
+
+    def register(self, stream: BinaryIO, parent: str | None) -> LayerInfo:
+        """Unpack a layer blob (plain, gzip, bzip2 or xz: sniffed) on top of ``parent``.
+
+        Returns:
+          The committed layer; if that chain id already existed, the existing one (the new
+          copy is dropped).
+
+        Raises:
+          InvalidParameter: ``parent`` does not exist, or the archive is bad.
+
+        Cancellation: blocking. An interruption leaves a ``tmp-*`` directory, removed here on
+        error and by ``prepare`` after a crash; the store itself is unchanged.
+        """
+        if parent is not None and self.get(parent) is None:
+            raise InvalidParameter(f"parent layer {parent} does not exist")
+        staged = self.stage(stream)
+        try:
+            return self.commit(staged, parent)
+        finally:
+            self.discard(staged)
+
+    def stage(self, stream: BinaryIO) -> StagedLayer:
+        """Unpack a layer blob into a temp dir without committing it (its parent may not be
+        known yet, as in ``docker load``). Raises InvalidParameter for a bad archive."""
+        path = self.root / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        (path / "diff").mkdir(parents=True, mode=0o700)
+        os.chmod(path / "diff", 0o755)
+        try:
+            with open(path / "skeleton", "wb") as skeleton:
+                result = apply_layer(open_decompressed(stream), path / "diff", skeleton)
+                skeleton.flush()
+                os.fsync(skeleton.fileno())
+        except BaseException:
+            _remove_tree(path)
+            raise
+        return StagedLayer(path, result.diff_id, result.size, result.tar_size)
+
+    def discard(self, staged: StagedLayer) -> None:
+        """Remove a staged layer's temp dir, unless ``commit`` moved it into the store."""
+        if staged.committed_as is None:
+            _remove_tree(staged.path)
+
+    def commit(self, staged: StagedLayer, parent: str | None) -> LayerInfo:
+        """Put a staged layer into the store on top of ``parent``; returns the layer.
+
+        A staged layer may be committed again on another parent (an identical layer.tar at two
+        places of a ``docker load`` archive): the second time its content is copied.
+
+        Raises:
+          InvalidParameter: ``parent`` does not exist.
+        """
+        chain_id = chain_id_of(parent, staged.diff_id)
+        with self._lock:
+            if parent is not None and parent not in self._layers:
+                raise InvalidParameter(f"parent layer {parent} does not exist")
+            existing = self._layers.get(chain_id)
+            if existing is not None:
+                return existing
+            if staged.committed_as is None:
+                info = self._move_in(staged, chain_id, parent)
+                staged.committed_as = chain_id
+                return info
+            source = staged.committed_as
+        copy = self._copy(source)
+        try:
+            return self.commit(copy, parent)
+        finally:
+            self.discard(copy)
+
+    def _copy(self, chain_id: str) -> StagedLayer:
+        """Stage a copy of a committed layer, through its exact tar."""
+        spool = self.root / f"{TEMP_PREFIX}{secrets.token_hex(8)}.tar"
+        try:
+            with open(spool, "w+b") as tmp:
+                self.write_tar(chain_id, tmp)
+                tmp.seek(0)
+                return self.stage(tmp)
+        finally:
+            spool.unlink(missing_ok=True)
+
+    def _move_in(self, staged: StagedLayer, chain_id: str, parent: str | None) -> LayerInfo:
+        """Rename the temp dir into place, link it, then write layer.json (the commit point).
+
+        Called with the lock held."""
+        final = self.root / _hex(chain_id)
+        if final.exists():  # an uncommitted leftover (the lock rules out a live commit)
+            _remove_tree(final)
+        os.rename(staged.path, final)
+        fsync_dir(self.root)
+        link = self._new_link()
+        os.symlink(f"../{_hex(chain_id)}/diff", self.root / LINK_DIR / link)
+        (final / "link").write_text(link)
+        info = LayerInfo(chain_id, staged.diff_id, parent, staged.size, link, staged.tar_size)
+        record: dict[str, Any] = {"chain_id": chain_id, "diff_id": info.diff_id,
+                                  "parent": parent, "size": info.size, "link": link,
+                                  "tar_size": info.tar_size}
+        atomic_write(final / "layer.json", json.dumps(record, sort_keys=True).encode(),
+                     mode=0o644)
+        self._layers[chain_id] = info
+        return info
+
+    def _new_link(self) -> str:
+        while True:
+            link = base64.b32encode(os.urandom(20)).decode()[:26]
+            if not os.path.lexists(self.root / LINK_DIR / link):
+                return link
+
+    # -- deleting ---------------------------------------------------------------------------
+
+    def delete(self, chain_id: str) -> None:
+        """Remove a layer. layer.json goes first, so a crash part-way leaves an uncommitted
+        directory that ``prepare`` removes.
+
+        Raises:
+          NotFound: no such layer. Conflict: another layer has it as parent.
+        """
+        with self._lock:
+            info = self._layers.get(chain_id)
+            if info is None:
+                raise NotFound(f"no such layer: {chain_id}")
+            if any(other.parent == chain_id for other in self._layers.values()):
+                raise Conflict(f"layer {chain_id} is the parent of another layer")
+            layer_dir = self.root / _hex(chain_id)
+            atomic_remove(layer_dir / "layer.json")
+            del self._layers[chain_id]
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / LINK_DIR / info.link)
+            doomed = self.root / f"{TEMP_PREFIX}deleted-{secrets.token_hex(8)}"
+            os.rename(layer_dir, doomed)
+        _remove_tree(doomed)
+
+
+def _chain(chain_id: str, layers: dict[str, LayerInfo]) -> list[LayerInfo]:
+    """The layer and its ancestors, top first."""
+    out = []
+    cur: str | None = chain_id
+    while cur is not None:
+        info = layers.get(cur)
+        if info is None:
+            raise NotFound(f"no such layer: {cur}")
+        out.append(info)
+        cur = info.parent
+    return out
+
+
+def _orphans(layers: dict[str, LayerInfo]) -> list[str]:
+    """Chain ids whose parent chain is broken (their parent is not among ``layers``)."""
+    alive = dict(layers)
+    while True:
+        broken = [c for c, i in alive.items() if i.parent is not None and i.parent not in alive]
+        if not broken:
+            return [c for c in layers if c not in alive]
+        for c in broken:
+            del alive[c]
