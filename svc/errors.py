@@ -46,5 +46,9 @@ class Unavailable(SvcError):
     """The daemon cannot do this now (shutting down, a kernel feature is missing)."""
 
 
+class Unsupported(SvcError):
+    """This svc does not offer the operation (yet); the message says what to use instead."""
+
+
 class SystemError_(SvcError):  # noqa: N801 - trailing underscore avoids the builtin
     """An unexpected failure of the machine (disk, runtime) that the client cannot fix."""

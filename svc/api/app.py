@@ -9,7 +9,9 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from svc.api import errors as api_errors
+from svc.api.body import BoundedRequest, HTTPConnection
 from svc.api.routes import events as events_routes
+from svc.api.routes import images as images_routes
 from svc.api.routes import system as system_routes
 from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
 from svc.engine.engine import Engine
@@ -23,6 +25,8 @@ def create_app(engine: Engine, *, cors_origin: str = "",
                extensions: Sequence[Callable[..., None]] = ()) -> Any:
     """Build the ASGI application: a QuartTrio app behind the version-prefix wrapper."""
     app = QuartTrio("svc")
+    app.request_class = BoundedRequest
+    app.asgi_http_class = HTTPConnection
     # Streams (events, logs -f, pulls) and uploads (loads, builds) have no size or time limit.
     app.config.update(RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None, MAX_CONTENT_LENGTH=None,
                       PROVIDE_AUTOMATIC_OPTIONS=False)
@@ -55,6 +59,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
 
     app.register_blueprint(system_routes.bp)
     app.register_blueprint(events_routes.bp)
+    app.register_blueprint(images_routes.bp)
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)

@@ -30,6 +30,7 @@ STATUS: dict[type[errors.SvcError], int] = {
     errors.NotAcceptable: 406,
     errors.Conflict: 409,
     errors.Unavailable: 503,
+    errors.Unsupported: 501,
     errors.SystemError_: 500,
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
 from quart.wrappers.response import ResponseBody
@@ -33,3 +34,21 @@ class StreamBody(ResponseBody):
                 await aclose()
         finally:
             self._cleanup()
+
+
+class ChannelBody(ResponseBody):
+    """A response body produced by a ``trio.as_safe_channel`` generator.
+
+    The generator (and the nursery inside it) starts when Quart begins sending the body and is
+    closed when sending ends, inside the request's cancel scope: a disconnect cancels it.
+    """
+
+    def __init__(self, cm: AbstractAsyncContextManager[AsyncIterator[bytes]]) -> None:
+        self._cm = cm
+
+    async def __aenter__(self) -> AsyncIterator[bytes]:
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self._cm.__aexit__(exc_type, exc, tb)

@@ -14,6 +14,7 @@ import trio
 
 from svc.engine import system
 from svc.engine.events import REPLAY_EVENTS, EventBus
+from svc.engine.images import ImageService
 from svc.models.system import SystemInfo, VersionInfo
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
@@ -40,6 +41,7 @@ class Engine:
         self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
         self.engine_id = ""
         self._lock = RootLock(config.root)
+        self.images = ImageService(config.root, self.store, self.events)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -54,9 +56,10 @@ class Engine:
             self.records[collection] = report.records
             if report.skipped:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
+        self.images.open(self.records["images"])
         replayed = self.events.load()
-        log.info("state loaded from %s: %s; %d recent events", self.config.root,
-                 ", ".join(f"{len(v)} {k}" for k, v in self.records.items()), replayed)
+        log.info("state loaded from %s: %d images, %d image names; %d recent events",
+                 self.config.root, len(self.images.images), len(self.images.repos), replayed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the engine's background tasks until cancelled."""
@@ -106,5 +109,5 @@ class Engine:
             engine_id=self.engine_id, root=self.config.root, runtime=self.config.runtime,
             debug=self.config.debug, containers=(len(self.records["containers"]), 0, 0,
                                                  len(self.records["containers"])),
-            images=len(self.records["images"]), listeners=self.events.listeners,
+            images=len(self.images.images), listeners=self.events.listeners,
         )

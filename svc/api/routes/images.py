@@ -1,0 +1,211 @@
+"""Image endpoints: list, inspect, history, tag, remove, import, load, save."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import trio
+from quart import Blueprint, Response, request
+
+from svc.api.params import qbool, qfilters, qstr
+from svc.api.shaping import json_response
+from svc.api.streaming import ChannelBody
+from svc.api.versioning import Version, api_version
+from svc.engine.image_import import ImportSpec, check_spec, import_image, sniff_archive
+from svc.engine.image_load import load_images
+from svc.engine.image_remove import remove_image
+from svc.engine.image_save import plan_save, write_save
+from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService
+from svc.engine.streams import ThreadWriter
+from svc.errors import InvalidParameter, SvcError, Unsupported
+from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
+from svc.models.images import ProgressMessage as Msg
+from svc.registry import reference
+
+bp = Blueprint("images", __name__)
+
+
+def images() -> ImageService:
+    from svc.api.app import engine_of
+
+    return engine_of().images
+
+
+def summary(svc: ImageService, img: Image, version: Version) -> dict[str, Any]:
+    body = ImageSummary(
+        Id=img.id, ParentId=img.parent or "", RepoTags=svc.repo_tags(img.id) or [NONE_TAG],
+        RepoDigests=svc.repo_digests(img.id) or [NONE_DIGEST], Created=img.created_ns // 10**9,
+        Size=img.size, VirtualSize=img.size, Labels=img.container_config.get("Labels"),
+    ).model_dump()
+    if version < (1, 17):
+        body.pop("Labels")
+    return body
+
+
+@bp.get("/images/json")
+async def list_images() -> Response:
+    svc = images()
+    filters = qfilters(("dangling", "label"))
+    found = svc.summaries(all_images=qbool("all"), filters=filters, name_pattern=qstr("filter"))
+    version = api_version()
+    return json_response([summary(svc, i, version) for i in found])
+
+
+@bp.get("/images/<path:name>/json")
+async def inspect(name: str) -> Response:
+    svc = images()
+    img = svc.resolve(name)
+    cfg = img.config
+    body = ImageInspect(
+        Id=img.id, RepoTags=svc.repo_tags(img.id), RepoDigests=svc.repo_digests(img.id),
+        Parent=img.parent or "", Comment=str(cfg.get("comment") or ""),
+        Created=str(cfg.get("created") or ""), Container=str(cfg.get("container") or ""),
+        ContainerConfig=_container_config(cfg.get("container_config")),
+        DockerVersion=str(cfg.get("docker_version") or ""), Author=str(cfg.get("author") or ""),
+        Config=_container_config(cfg.get("config")),
+        Architecture=str(cfg.get("architecture") or ""), Os=str(cfg.get("os") or ""),
+        Size=img.size, VirtualSize=img.size,
+        GraphDriver=GraphDriver(Name="overlay2", Data=svc.graph_data(img)),
+        RootFS=RootFS(Type="layers", Layers=list(cfg["rootfs"]["diff_ids"])),
+    ).model_dump()
+    if api_version() < (1, 21):
+        body.pop("RepoTags")
+        body.pop("RepoDigests")
+    return json_response(body)
+
+
+def _container_config(raw: object) -> dict[str, Any]:
+    from svc.engine.imageconfig import normalize_container_config
+
+    return normalize_container_config(raw if isinstance(raw, dict) else None)
+
+
+@bp.get("/images/<path:name>/history")
+async def history(name: str) -> Response:
+    svc = images()
+    entries = svc.history(svc.resolve(name))
+    return json_response([HistoryEntry(**e).model_dump() for e in entries])
+
+
+@bp.post("/images/<path:name>/tag")
+async def tag(name: str) -> Response:
+    svc = images()
+    repo = qstr("repo") or ""
+    if not repo:
+        raise InvalidParameter("repo is required: the repository to tag the image in")
+    ref = reference.parse(repo)
+    if ref.tag is not None or ref.digest is not None:
+        raise InvalidParameter(f"invalid repository name {repo!r}: give the tag in the tag "
+                               "parameter")
+    tag_value = qstr("tag") or "latest"
+    reference.validate_tag(tag_value)
+    force = qbool("force") or api_version() >= (1, 22)  # 1.10+ always moves an existing tag
+    async with svc.lock:
+        image = svc.resolve(name)
+        await svc.add_ref(image, ref.with_tag(tag_value), force=force)
+    return Response(b"", status=201)
+
+
+@bp.delete("/images/<path:name>")
+async def delete(name: str) -> Response:
+    report = await remove_image(images(), name, force=qbool("force"), noprune=qbool("noprune"))
+    return json_response(report)
+
+
+@bp.post("/images/create")
+async def create() -> Response:
+    if qstr("fromImage"):
+        raise Unsupported("pulling images from a registry (fromImage) is not available in "
+                          "this version of svc; import (fromSrc) or load images instead")
+    src = qstr("fromSrc")
+    if not src:
+        raise InvalidParameter("fromSrc or fromImage is required")
+    spec = ImportSpec(src=src, ref=_import_ref(qstr("repo"), qstr("tag")),
+                      changes=request.args.getlist("changes"), message=qstr("message") or "")
+    check_spec(spec)
+    body: AsyncIterator[bytes] = request.body
+    if src == "-":
+        body = await sniff_archive(request.body)  # garbage is a 400, before the stream
+    return Response(ChannelBody(_import_stream(images(), spec, body)),
+                    content_type="application/json")
+
+
+def _import_ref(repo: str | None, tag: str | None) -> reference.Reference | None:
+    if not repo:
+        if tag:
+            raise InvalidParameter("tag given without repo")
+        return None
+    ref = reference.parse(repo)
+    if tag:
+        if ref.tag is not None or ref.digest is not None:
+            raise InvalidParameter("cannot use the repo:tag form and the tag parameter together")
+        reference.validate_tag(tag)
+        ref = ref.with_tag(tag)
+    return ref.with_default_tag()
+
+
+@trio.as_safe_channel
+async def _import_stream(svc: ImageService, spec: ImportSpec,
+                         body: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    send, recv = trio.open_memory_channel[dict[str, Any]](64)
+    outcome: dict[str, Any] = {}
+
+    async def work() -> None:
+        async with send:
+            try:
+                outcome["image"] = await import_image(svc, spec, body, send)
+            except SvcError as exc:
+                outcome["error"] = str(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(work)
+        async for msg in recv:
+            yield Msg(**msg).line()
+    if "error" in outcome:
+        yield Msg(error=outcome["error"], errorDetail={"message": outcome["error"]}).line()
+    else:
+        yield Msg(status=outcome["image"].id).line()
+
+
+@bp.post("/images/load")
+async def load() -> Response:
+    lines = await load_images(images(), request.body)
+    return Response(b"".join(Msg(stream=line + "\n").line() for line in lines),
+                    content_type="application/json")
+
+
+@bp.get("/images/<path:name>/get")
+async def save_one(name: str) -> Response:
+    return _save([name])
+
+
+@bp.get("/images/get")
+async def save_many() -> Response:
+    return _save(request.args.getlist("names"))
+
+
+def _save(names: list[str]) -> Response:
+    svc = images()
+    items = plan_save(svc, names, svc.config_bytes)
+    return Response(ChannelBody(_save_stream(svc, items)), content_type="application/x-tar")
+
+
+@trio.as_safe_channel
+async def _save_stream(svc: ImageService, items: list[Any]) -> AsyncGenerator[bytes, None]:
+    send, recv = trio.open_memory_channel[bytes](4)
+
+    async def work() -> None:
+        async with send:
+            writer = ThreadWriter(send)
+
+            def run() -> None:
+                write_save(items, svc.layers, writer)  # type: ignore[arg-type]
+                writer.flush()
+
+            await trio.to_thread.run_sync(run)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(work)
+        async for chunk in recv:
+            yield chunk

@@ -1,0 +1,246 @@
+"""POST /images/load: images from a ``docker save`` tarball, in either layout.
+
+* manifest layout (engines since 1.10): ``manifest.json`` names each image's config and its
+  ``layer.tar`` files; the config's ``rootfs.diff_ids`` must match the layers' digests.
+* legacy layout: per-layer ``<id>/json`` with ``parent`` links and a ``repositories`` file;
+  every layer becomes an image whose parent is the image below it, as dockerd does.
+
+Layers are unpacked while the archive streams in (no copy of the archive is kept); nothing is
+committed until the whole archive has been read and checked, so a bad archive leaves the
+store unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tarfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import trio
+
+from svc.engine import imageconfig
+from svc.engine.images import Image, ImageService
+from svc.engine.streams import ThreadReader
+from svc.errors import InvalidParameter
+from svc.registry import reference
+from svc.storage.layers import LayerStore, StagedLayer
+
+MAX_META = 16 << 20  # json files larger than this are not image metadata
+
+
+@dataclass
+class Archive:
+    files: dict[str, bytes] = field(default_factory=dict)
+    layers: dict[str, StagedLayer] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+
+    def layer(self, path: str) -> StagedLayer:
+        seen = set()
+        while path in self.links and path not in seen:
+            seen.add(path)
+            path = self.links[path]
+        if path not in self.layers:
+            raise InvalidParameter(f"invalid image archive: layer {path} is missing")
+        return self.layers[path]
+
+    def json(self, name: str) -> Any:
+        try:
+            return json.loads(self.files[name])
+        except KeyError:
+            raise InvalidParameter(f"invalid image archive: {name} is missing") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidParameter(f"invalid image archive: {name} is not JSON ({exc})") from None
+
+
+def _clean(name: str) -> str:
+    name = posixpath.normpath(name.lstrip("./") if name.startswith("./") else name)
+    if name.startswith(("/", "../")) or name == "..":
+        raise InvalidParameter(f"invalid image archive: entry {name!r} escapes the archive")
+    return name
+
+
+def read_archive(source: BinaryIO, layers: LayerStore) -> Archive:
+    """Stream the outer tar: unpack each layer.tar into a staged layer, keep small metadata."""
+    arc = Archive()
+    try:
+        with tarfile.open(fileobj=source, mode="r|*", bufsize=1 << 20) as tar:
+            for m in tar:
+                name = _clean(m.name)
+                if name.endswith("layer.tar") or name.endswith(".tar.gz"):
+                    if m.isfile():
+                        f = tar.extractfile(m)
+                        assert f is not None
+                        arc.layers[name] = layers.stage(f)  # type: ignore[arg-type,unused-ignore]
+                    elif m.issym():
+                        arc.links[name] = _clean(posixpath.join(posixpath.dirname(name),
+                                                                m.linkname))
+                    elif m.islnk():
+                        arc.links[name] = _clean(m.linkname)
+                elif m.isfile() and m.size <= MAX_META:
+                    f = tar.extractfile(m)
+                    assert f is not None
+                    arc.files[name] = f.read()
+    except tarfile.TarError as exc:
+        discard(arc, layers)
+        raise InvalidParameter(f"invalid image archive: {exc}") from None
+    except BaseException:
+        discard(arc, layers)
+        raise
+    return arc
+
+
+def discard(arc: Archive, layers: LayerStore) -> None:
+    for staged in arc.layers.values():
+        layers.discard(staged)
+    arc.layers.clear()
+
+
+@dataclass
+class PlannedImage:
+    config: bytes
+    layer_paths: list[str]
+    tags: list[reference.Reference]
+    parent_index: int | None = None  # legacy: index of the parent in the plan
+
+
+def plan_manifest(arc: Archive) -> list[PlannedImage]:
+    manifest = arc.json("manifest.json")
+    if not isinstance(manifest, list) or not manifest:
+        raise InvalidParameter("invalid image archive: manifest.json must list images")
+    plan = []
+    for entry in manifest:
+        if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str):
+            raise InvalidParameter("invalid image archive: a manifest entry has no Config")
+        config = arc.files.get(_clean(entry["Config"]))
+        if config is None:
+            raise InvalidParameter(f"invalid image archive: {entry['Config']} is missing")
+        diff_ids = imageconfig.diff_ids_of(_parse_config(config))
+        paths = [_clean(p) for p in entry.get("Layers") or []]
+        if len(paths) != len(diff_ids):
+            raise InvalidParameter(f"invalid image archive: {entry['Config']} names "
+                                   f"{len(diff_ids)} layers but the manifest lists {len(paths)}")
+        for i, (path, want) in enumerate(zip(paths, diff_ids, strict=True)):
+            got = arc.layer(path).diff_id
+            if got != want:
+                raise InvalidParameter(f"invalid image archive: layer {i} ({path}) has diff "
+                                       f"id {got}, the config expects {want}")
+        tags = [_tag_ref(t) for t in entry.get("RepoTags") or []]
+        plan.append(PlannedImage(config, paths, tags))
+    return plan
+
+
+def plan_legacy(arc: Archive) -> list[PlannedImage]:
+    ids = sorted(n[: -len("/json")] for n in arc.files if n.endswith("/json"))
+    if not ids:
+        raise InvalidParameter("invalid image archive: no manifest.json and no layer json "
+                               "files: this is not a docker save tarball")
+    docs = {i: arc.json(f"{i}/json") for i in ids}
+    parents = {i: d.get("parent") or None for i, d in docs.items()}
+    index: dict[str, int] = {}
+    plan: list[PlannedImage] = []
+
+    def add(layer_id: str, depth: int = 0) -> int:
+        if layer_id in index:
+            return index[layer_id]
+        if depth > 1000 or layer_id not in docs:
+            raise InvalidParameter(f"invalid image archive: layer {layer_id} is missing or "
+                                   "its parents form a loop")
+        parent = parents[layer_id]
+        pidx = add(parent, depth + 1) if parent else None
+        chain = ([*plan[pidx].layer_paths] if pidx is not None else []) + [f"{layer_id}/layer.tar"]
+        lineage = _lineage(layer_id, parents)
+        diff_ids = [arc.layer(p).diff_id for p in chain]
+        config = imageconfig.legacy_config([docs[x] for x in lineage], diff_ids)
+        plan.append(PlannedImage(config, chain, [], pidx))
+        index[layer_id] = len(plan) - 1
+        return index[layer_id]
+
+    for i in ids:
+        add(i)
+    if "repositories" in arc.files:
+        repos = arc.json("repositories")
+        if not isinstance(repos, dict):
+            raise InvalidParameter("invalid image archive: repositories must be an object")
+        for repo, tags in repos.items():
+            for tag, layer_id in (tags or {}).items():
+                if layer_id not in index:
+                    raise InvalidParameter(f"invalid image archive: {repo}:{tag} names "
+                                           f"missing layer {layer_id}")
+                plan[index[layer_id]].tags.append(_tag_ref(f"{repo}:{tag}"))
+    return plan
+
+
+def _lineage(layer_id: str, parents: dict[str, str | None]) -> list[str]:
+    out = [layer_id]
+    while parents.get(out[-1]):
+        out.append(parents[out[-1]])  # type: ignore[arg-type]
+    return list(reversed(out))
+
+
+def _parse_config(config: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(config)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidParameter(f"invalid image archive: an image config is not JSON ({exc})") \
+            from None
+    if not isinstance(doc, dict):
+        raise InvalidParameter("invalid image archive: an image config is not an object")
+    return doc
+
+
+def _tag_ref(name: str) -> reference.Reference:
+    ref = reference.parse(name)
+    if ref.digest is not None:
+        raise InvalidParameter(f"invalid image archive: {name} is not a tag")
+    return ref.with_default_tag()
+
+
+async def load_images(svc: ImageService, body: AsyncIterator[bytes]) -> list[str]:
+    """Load every image of the archive; returns the "Loaded image..." lines."""
+
+    def read() -> Archive:
+        reader = ThreadReader(body)
+        try:
+            return read_archive(reader, svc.layers)  # type: ignore[arg-type]
+        finally:
+            reader.drain()
+
+    arc = await trio.to_thread.run_sync(read)
+    pinned: list[str] = []
+    try:
+        plan = plan_manifest(arc) if "manifest.json" in arc.files else plan_legacy(arc)
+        images: list[Image] = []
+        for item in plan:
+            chain = await _commit_layers(svc, arc, item.layer_paths, pinned)
+            parent = images[item.parent_index].id if item.parent_index is not None else None
+            async with svc.lock:
+                images.append(await svc.commit_image(item.config, chain, parent))
+        lines = []
+        async with svc.lock:
+            for item, image in zip(plan, images, strict=True):
+                for ref in item.tags:
+                    await svc.add_ref(image, ref, force=True)
+                    lines.append(f"Loaded image: {ref.familiar_string()}")
+        tagged = {i for i, item in enumerate(plan) if item.tags}
+        shown = [i for i in range(len(plan)) if i not in tagged
+                 and i not in {p.parent_index for p in plan}]
+        lines += [f"Loaded image ID: {images[i].id}" for i in shown]
+        return lines
+    finally:
+        await trio.to_thread.run_sync(discard, arc, svc.layers)
+        await svc.release_layers(pinned)
+
+
+async def _commit_layers(svc: ImageService, arc: Archive, paths: list[str],
+                         pinned: list[str]) -> list[str]:
+    chain: list[str] = []
+    for path in paths:
+        staged = arc.layer(path)
+        parent = chain[-1] if chain else None
+        info = await svc.register_layer(svc.layers.commit, staged, parent)
+        pinned.append(info.chain_id)
+        chain.append(info.chain_id)
+    return chain

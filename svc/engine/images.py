@@ -1,0 +1,353 @@
+"""ImageService: the local image store (names, configs, layers) and its queries and verbs.
+
+State: ``images`` (id -> Image), ``repos`` (familiar repository -> {familiar ref -> id}). Durable
+parts: the config blob (ConfigStore), the layers (LayerStore), the image record (ObjectStore
+``images``, written last: a record marks an image committed) and the names (RefStore).
+Mutations hold ``lock`` and run their disk work in worker threads; queries are in-memory.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine.events import EventBus
+from svc.errors import Conflict, InvalidParameter, NotFound
+from svc.registry import reference
+from svc.storage.imagestore import ConfigStore
+from svc.storage.layers import LayerInfo, LayerStore
+from svc.storage.refs import RefStore
+from svc.storage.store import ObjectStore
+from svc.wire.timefmt import parse_timestamp_ns
+
+log = logging.getLogger("svc.images")
+
+NONE_TAG = "<none>:<none>"
+NONE_DIGEST = "<none>@<none>"
+
+
+def chain_ids(diff_ids: list[str]) -> list[str]:
+    out: list[str] = []
+    for d in diff_ids:
+        if not out:
+            out.append(d)
+        else:
+            out.append("sha256:" + hashlib.sha256(f"{out[-1]} {d}".encode()).hexdigest())
+    return out
+
+
+@dataclass
+class Image:
+    id: str
+    config: dict[str, Any]
+    parent: str | None
+    chain: list[str]
+    size: int
+    loaded_ns: int = field(default_factory=time.time_ns)
+
+    @property
+    def short(self) -> str:
+        return self.id.removeprefix("sha256:")[:12]
+
+    @property
+    def created_ns(self) -> int:
+        try:
+            return parse_timestamp_ns(str(self.config.get("created") or "0"))
+        except ValueError:
+            return 0
+
+    @property
+    def container_config(self) -> dict[str, Any]:
+        cfg = self.config.get("config")
+        return cfg if isinstance(cfg, dict) else {}
+
+    def record(self) -> dict[str, Any]:
+        return {"parent": self.parent, "chain": self.chain, "size": self.size,
+                "loaded": self.loaded_ns}
+
+
+class ImageService:
+    def __init__(self, root: Path, store: ObjectStore, events: EventBus) -> None:
+        self.root = root
+        self.store = store
+        self.events = events
+        self.configs = ConfigStore(root)
+        self.layers = LayerStore(root / "overlay2")
+        self.refstore = RefStore(root)
+        self.images: dict[str, Image] = {}
+        self.repos: dict[str, dict[str, str]] = {}
+        self.lock = trio.Lock()  # names and image records
+        # Layer creation and deletion. A registered layer is pinned until the image that uses
+        # it is committed, so a concurrent delete never removes it in between.
+        self.layer_lock = trio.Lock()
+        self.pins: Counter[str] = Counter()
+        # Set by the containers service: image id -> (a container using it, running?) or None.
+        self.container_use: Callable[[str], tuple[str, bool] | None] = lambda image_id: None
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def open(self, records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Load images (blocking, before serving). Damaged or incomplete images are reported
+        and skipped; layers no image uses (a crash between layer and image commit) are
+        removed."""
+        self.configs.prepare()
+        for gone in self.layers.prepare():
+            log.warning("discarded an incomplete layer: %s", gone)
+        configs = self.configs.load_all()
+        for hexid, rec in records.items():
+            image_id = "sha256:" + hexid
+            raw = configs.get(image_id)
+            try:
+                if raw is None:
+                    raise ValueError("its config is missing")
+                config = json.loads(raw)
+                chain = [str(c) for c in rec["chain"]]
+                missing = [c for c in chain if self.layers.get(c) is None]
+                if missing:
+                    raise ValueError(f"layer {missing[0]} is missing")
+                self.images[image_id] = Image(image_id, config, rec.get("parent"), chain,
+                                              int(rec.get("size", 0)), int(rec.get("loaded", 0)))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("skipping image %s: %s", image_id, exc)
+        self.repos = {repo: {r: i for r, i in refs.items() if i in self.images}
+                      for repo, refs in self.refstore.load().items()}
+        self.repos = {k: v for k, v in self.repos.items() if v}
+        used = {c for img in self.images.values() for c in img.chain}
+        for layer in self.layers.list():
+            if layer.chain_id not in used:
+                log.warning("removing layer %s: no image uses it", layer.chain_id)
+                self.layers.delete(layer.chain_id)
+
+    # -- names ------------------------------------------------------------------------------
+
+    def refs_of(self, image_id: str) -> list[str]:
+        return sorted(r for refs in self.repos.values() for r, i in refs.items() if i == image_id)
+
+    def repo_tags(self, image_id: str) -> list[str]:
+        return [r for r in self.refs_of(image_id) if "@" not in r]
+
+    def repo_digests(self, image_id: str) -> list[str]:
+        return [r for r in self.refs_of(image_id) if "@" in r]
+
+    def children(self, image_id: str) -> list[Image]:
+        return [i for i in self.images.values() if i.parent == image_id]
+
+    def lookup_ref(self, name: str) -> tuple[reference.Reference, str | None]:
+        ref = reference.parse(name).with_default_tag()
+        return ref, self.repos.get(ref.familiar_name, {}).get(ref.familiar_string())
+
+    def resolve(self, name: str) -> Image:
+        """Find an image by name[:tag], name@digest, full id, ``sha256:`` id or id prefix."""
+        if not name:
+            raise InvalidParameter("an image name is required")
+        if reference.is_full_id(name):
+            image_id = "sha256:" + name.removeprefix("sha256:")
+            if image_id in self.images:
+                return self.images[image_id]
+            raise NotFound(f"No such image: {name}")
+        try:
+            ref, found = self.lookup_ref(name)
+        except InvalidParameter:
+            ref, found = None, None
+            if not reference.is_id_prefix(name):
+                raise
+        if found:
+            return self.images[found]
+        if reference.is_id_prefix(name):
+            prefix = "sha256:" + name.removeprefix("sha256:")
+            matches = [i for i in self.images if i.startswith(prefix)]
+            if len(matches) == 1:
+                return self.images[matches[0]]
+            if len(matches) > 1:
+                raise NotFound(f"No such image: {name} (the id prefix is ambiguous)")
+        shown = ref.familiar_string() if ref is not None else name
+        raise NotFound(f"No such image: {shown}")
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def _layer(self, chain_id: str) -> LayerInfo:
+        info = self.layers.get(chain_id)
+        if info is None:
+            raise NotFound(f"layer {chain_id} does not exist")
+        return info
+
+    def layer_sizes(self, image: Image) -> list[int]:
+        sizes = []
+        for c in image.chain:
+            info = self.layers.get(c)
+            sizes.append(info.size if info else 0)
+        return sizes
+
+    def summaries(self, *, all_images: bool, filters: Mapping[str, list[str]],
+                  name_pattern: str | None) -> list[Image]:
+        dangling = filters.get("dangling")
+        want_dangling: bool | None = None
+        if dangling:
+            values = {v.lower() for v in dangling}
+            if not values <= {"true", "false", "1", "0"} or len(values) > 1:
+                raise InvalidParameter(f"Invalid filter 'dangling={dangling[0]}'")
+            want_dangling = values <= {"true", "1"}
+        out = []
+        for img in sorted(self.images.values(), key=lambda i: -i.created_ns):
+            tags = self.refs_of(img.id)
+            has_children = bool(self.children(img.id))
+            if want_dangling is not None:
+                if (not tags and not has_children) != want_dangling:
+                    continue
+            elif not all_images and not tags and has_children:
+                continue  # an intermediate image
+            if not _labels_match(filters.get("label", []), img.container_config.get("Labels")):
+                continue
+            if name_pattern and not any(_name_matches(name_pattern, t) for t in tags):
+                continue
+            out.append(img)
+        return out
+
+    def config_bytes(self, image_id: str) -> bytes:
+        return self.configs.get(image_id)
+
+    def graph_data(self, image: Image) -> dict[str, str]:
+        """overlay2-style GraphDriver data: the image's layer directories."""
+        dirs = [str(self.layers.diff_dir(c)) for c in reversed(image.chain)]
+        data = {"UpperDir": dirs[0]} if dirs else {}
+        if len(dirs) > 1:
+            data["LowerDir"] = ":".join(dirs[1:])
+        return data
+
+    def history(self, image: Image) -> list[dict[str, Any]]:
+        """Newest first; entries of images in the parent chain carry their id and tags."""
+        hist = [h for h in image.config.get("history") or [] if isinstance(h, dict)]
+        sizes = self.layer_sizes(image)
+        if not hist:
+            hist = [{"created": image.config.get("created")} for _ in image.chain]
+        entries, layer = [], 0
+        for h in hist:
+            empty = bool(h.get("empty_layer"))
+            size = 0 if empty or layer >= len(sizes) else sizes[layer]
+            layer += 0 if empty else 1
+            try:
+                created = parse_timestamp_ns(str(h.get("created") or "0")) // 10**9
+            except ValueError:
+                created = 0
+            entries.append({"Id": "<missing>", "Created": created,
+                            "CreatedBy": str(h.get("created_by") or ""), "Tags": None,
+                            "Size": size, "Comment": str(h.get("comment") or "")})
+        entries.reverse()
+        img: Image | None = image
+        while img is not None:
+            n = len(img.config.get("history") or []) or len(img.chain)
+            idx = len(entries) - n
+            if 0 <= idx < len(entries):
+                entries[idx]["Id"] = img.id
+                entries[idx]["Tags"] = self.repo_tags(img.id) or None
+            img = self.images.get(img.parent) if img.parent else None
+        return entries
+
+    # -- verbs ------------------------------------------------------------------------------
+
+    async def add_ref(self, image: Image, ref: reference.Reference, *, force: bool) -> None:
+        """Point ``ref`` at ``image`` (durably) and emit ``tag``."""
+        name, key = ref.familiar_name, ref.familiar_string()
+        current = self.repos.get(name, {}).get(key)
+        if current is not None and current != image.id and not force:
+            raise Conflict(f"Conflict: Tag {key} is already set to image "
+                           f"{current.removeprefix('sha256:')[:12]}, if you want to replace it, "
+                           "please use the force option")
+        self.repos.setdefault(name, {})[key] = image.id
+        await self._save_refs()
+        self.events.publish("image", "tag", image.id, {"name": key})
+
+    async def drop_ref(self, image: Image, key: str) -> None:
+        name = key.split("@", 1)[0] if "@" in key else key.rsplit(":", 1)[0]
+        refs = self.repos.get(name, {})
+        refs.pop(key, None)
+        if not refs:
+            self.repos.pop(name, None)
+        await self._save_refs()
+        self.events.publish("image", "untag", image.id, {"name": key})
+
+    async def _save_refs(self) -> None:
+        snapshot = {k: dict(v) for k, v in self.repos.items()}
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.refstore.save, snapshot)
+
+    async def commit_image(self, config_bytes: bytes, chain: list[str],
+                           parent: str | None = None) -> Image:
+        """Record a new image whose layers are already registered (idempotent)."""
+        image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+        if image_id in self.images:
+            return self.images[image_id]
+        config = json.loads(config_bytes)
+        image = Image(image_id, config, parent, chain,
+                      sum(self._layer(c).size for c in chain))
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.configs.put, config_bytes)
+            await trio.to_thread.run_sync(self.store.put, "images",
+                                          image_id.removeprefix("sha256:"), image.record())
+        self.images[image_id] = image
+        return image
+
+    async def register_layer(self, fn: Callable[..., LayerInfo], *args: Any) -> LayerInfo:
+        """Run a blocking layer registration in a worker thread and pin its result."""
+        async with self.layer_lock:
+            info = await trio.to_thread.run_sync(fn, *args)
+            self.pins[info.chain_id] += 1
+        return info
+
+    async def release_layers(self, chain: list[str]) -> list[str]:
+        """Unpin layers; delete those no image uses any more. Returns the deleted ones."""
+        for c in chain:
+            self.pins[c] -= 1
+            if self.pins[c] <= 0:
+                del self.pins[c]
+        return await self._delete_unused(list(reversed(chain)))
+
+    async def _delete_unused(self, candidates: list[str]) -> list[str]:
+        gone = []
+        with trio.CancelScope(shield=True):
+            async with self.layer_lock:
+                used = {c for i in self.images.values() for c in i.chain} | set(self.pins)
+                for chain_id in candidates:
+                    if chain_id not in used and chain_id not in gone \
+                            and self.layers.get(chain_id) is not None:
+                        await trio.to_thread.run_sync(self.layers.delete, chain_id)
+                        gone.append(chain_id)
+        return gone
+
+    async def delete_image(self, image: Image) -> list[dict[str, str]]:
+        """Remove an image and the layers no other image uses; returns the report entries."""
+        del self.images[image.id]
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.store.delete, "images",
+                                          image.id.removeprefix("sha256:"))
+            await trio.to_thread.run_sync(self.configs.delete, image.id)
+        gone = await self._delete_unused(list(reversed(image.chain)))
+        self.events.publish("image", "delete", image.id, {"name": image.id})
+        return [{"Deleted": image.id}] + [{"Deleted": c} for c in gone]
+
+
+def _labels_match(wanted: list[str], labels: object) -> bool:
+    have = labels if isinstance(labels, dict) else {}
+    for w in wanted:
+        key, eq, value = w.partition("=")
+        if key not in have or (eq and have[key] != value):
+            return False
+    return True
+
+
+def _name_matches(pattern: str, ref: str) -> bool:
+    """The old ``filter=`` parameter: a glob over the repository (or repository:tag)."""
+    if "@" in ref:
+        return False
+    repo, _, _tag = ref.rpartition(":")
+    return fnmatch.fnmatchcase(ref if ":" in pattern else repo, pattern)

@@ -1,0 +1,42 @@
+"""The reference store: ``repo:tag`` and ``repo@digest`` names -> image ids.
+
+Persisted as one JSON document (``<root>/repositories.json``, the shape dockerd uses:
+``{"Repositories": {"busybox": {"busybox:latest": "sha256:..."}}}``), rewritten atomically on
+every change. Names are stored in their familiar form (``busybox:latest``); the engine
+normalizes before calling. Blocking; called from worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from svc.storage.atomic import atomic_write
+
+log = logging.getLogger("svc.refs")
+
+
+class RefStore:
+    def __init__(self, root: Path) -> None:
+        self.path = root / "repositories.json"
+
+    def load(self) -> dict[str, dict[str, str]]:
+        """repo -> {ref -> image id}; a damaged file is reported and treated as empty."""
+        try:
+            data = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            log.error("%s is damaged (%s): starting with no image names", self.path, exc)
+            self.path.replace(self.path.with_name(self.path.name + ".corrupt"))
+            return {}
+        repos = data.get("Repositories") if isinstance(data, dict) else None
+        if not isinstance(repos, dict):
+            return {}
+        return {str(r): {str(k): str(v) for k, v in refs.items()}
+                for r, refs in repos.items() if isinstance(refs, dict)}
+
+    def save(self, repos: dict[str, dict[str, str]]) -> None:
+        data = json.dumps({"Repositories": repos}, sort_keys=True).encode() + b"\n"
+        atomic_write(self.path, data)
