@@ -57,6 +57,7 @@ _PRIVATE_XATTRS = (b"trusted.overlay.", b"user.overlay.", b"security.selinux")
 _ZERO_BLOCK = bytes(BLOCK)
 _REGULAR, _HARDLINK, _SYMLINK, _CHAR, _BLOCKDEV, _DIR, _FIFO = (
     b"0", b"1", b"2", b"3", b"4", b"5", b"6")
+_ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")
 
@@ -83,6 +84,17 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         done = 0
         while done < len(view):
             done += os.write(fd, view[done:])
+
+
+def _write_out(out: BinaryIO, data: bytes) -> None:
+    """``out.write`` until all of ``data`` is taken (a raw stream may take less)."""
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            n = out.write(view[done:])
+            if n is None:  # a non-blocking raw stream that is full
+                raise SystemError_("layer output would block")
+            done += n
 
 
 def _pad(size: int) -> int:
@@ -119,7 +131,7 @@ class _SkeletonWriter:
         self._flush_raw()
         self._records += b"E" + _U64.pack(total)
         self._compress(force=True)
-        self._out.write(self._z.flush())
+        _write_out(self._out, self._z.flush())
 
     def _flush_raw(self) -> None:
         if self._raw:
@@ -128,7 +140,7 @@ class _SkeletonWriter:
 
     def _compress(self, force: bool = False) -> None:
         if force or len(self._records) >= CHUNK // 4:
-            self._out.write(self._z.compress(self._records))
+            _write_out(self._out, self._z.compress(self._records))
             self._records.clear()
 
 
@@ -313,12 +325,15 @@ class _TarReader:
             at = self._in.offset + pad
             data = self._in.meta(pad + BLOCK)  # the last entry's padding, then a header
             block = data[pad:] if pad else data
+            extended = bool(pax) or longname is not None or longlink is not None
             if len(block) < BLOCK:
-                if not block and len(data) == pad:
+                if not block and len(data) == pad and not extended:
                     return None  # EOF right after an entry: accepted, as Go's archive/tar does
                 raise _bad("unexpected end of data")
             pad = 0
             if block == _ZERO_BLOCK:
+                if extended:
+                    raise _bad(f"extended header without an entry at offset {at}")
                 self._in.drain()
                 return None
             if not _checksum_ok(block):
@@ -372,8 +387,10 @@ class _TarReader:
             e.kind = _REGULAR
         if e.kind != _REGULAR:  # header-only types carry no payload (as Go's archive/tar)
             e.size = 0
-        if e.size < 0 or e.uid < 0 or e.gid < 0:
-            raise ValueError("negative size or owner")
+        if e.size < 0 or not 0 <= e.uid < _ID_LIMIT or not 0 <= e.gid < _ID_LIMIT \
+                or not 0 <= e.devmajor < _ID_LIMIT or not 0 <= e.devminor < _ID_LIMIT \
+                or not -(2**63) <= e.mtime_ns // 1_000_000_000 < 2**63:  # time_t
+            raise ValueError(f'entry "{_show(e.name)}": size, owner, device or time out of range')
         self._left, self._pad = e.size, _pad(e.size)
         return e
 
@@ -683,7 +700,7 @@ class _Sink:
 
     def flush(self) -> None:
         if self._fd is None:
-            self._out.write(self._buf)
+            _write_out(self._out, bytes(self._buf))
         else:
             _write_all(self._fd, self._buf)
         self._buf.clear()
@@ -790,7 +807,7 @@ class _HashingOut:
     def flush(self) -> None:
         chunk = bytes(self._buf)
         self._hasher.update(chunk)
-        self._out.write(chunk)
+        _write_out(self._out, chunk)
         self._buf.clear()
 
 
