@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from svc.models.images import ProgressMessage as Msg
 from svc.registry import reference
 
 bp = Blueprint("images", __name__)
+log = logging.getLogger("svc.api.images")
 
 
 def images() -> ImageService:
@@ -157,6 +159,9 @@ async def _import_stream(svc: ImageService, spec: ImportSpec,
                 outcome["image"] = await import_image(svc, spec, body, send)
             except SvcError as exc:
                 outcome["error"] = str(exc)
+            except Exception as exc:  # headers are gone: report in the stream, as dockerd does
+                log.exception("import failed")
+                outcome["error"] = f"import failed: {exc}"
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(work)
