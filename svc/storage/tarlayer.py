@@ -7,6 +7,22 @@ records a *skeleton* so ``write_layer_from_skeleton`` can later rebuild the exac
 the diff id, as docker's tar-split does. ``produce_layer`` goes the other way for an overlay upper
 dir. All of it blocks: the engine calls it from worker threads.
 
+Archive rules (what moby's ``UnpackLayer`` and Go's ``archive/tar`` do, unless noted):
+
+- Names: a leading ``/`` and ``./`` are dropped, ``.`` and empty components ignored, ``..``
+  resolved lexically; one that climbs above the root is refused (also after a leading ``/``,
+  where moby would clamp it). No parent component may be a symlink (each is lstat-ed once,
+  then cached); missing parents are created 0755 root:root. Whatever is in an entry's way
+  is removed first, and files are never opened over an existing path (it may be a hard link).
+- Hard link targets are names in the same root, with the same rules; the link takes the
+  target inode's metadata as it is (GNU tar does the same).
+- ustar, GNU (long names, base-256 numbers) and PAX (path, linkpath, size, uid, gid, mtime,
+  ``SCHILY.xattr.*``) headers are read; PAX global headers are ignored; sparse files, volume
+  labels and other types are refused. The first zero block ends the archive (everything after
+  it is kept for the diff id); EOF right after an entry is accepted, anywhere else it is not.
+- xattrs the filesystem refuses (ENOTSUP, EPERM) are logged and skipped; ``trusted.overlay.*``
+  (and ``user.overlay.*``, ``security.selinux``) are never taken from nor written to a tar.
+
 Skeleton format (version 1). A gzip stream whose content is ``b"svc-tar-skeleton 1\\n"`` then
 records, each a one-byte tag and big-endian fields:
 
@@ -229,9 +245,13 @@ class _Input:
     def copy(self, fd: int, n: int) -> None:
         """Write ``n`` payload bytes to ``fd`` (not recorded: the skeleton refers to the file)."""
         while n:
-            view = self._chunk(n)
-            n -= len(view)
-            _write_all(fd, view)
+            if self._pos == self._end and not self._fill():
+                raise _bad("unexpected end of data")
+            pos = self._pos
+            written = os.write(fd, self._view[pos : min(pos + n, self._end)])
+            self._pos = pos + written
+            self.offset += written
+            n -= written
 
     def drain(self) -> None:
         """Record everything up to EOF: the end-of-archive blocks and whatever trails them."""
@@ -548,8 +568,14 @@ class _Applier:
             fd = os.open(path, _CREATE, 0o600)
         try:
             self._skel.file(rel, e.size)
-            self._reader.copy_payload(fd)
-            _file_metadata(e, fd)
+            if e.size:
+                self._reader.copy_payload(fd)
+            # Owner, then mode (chown clears setuid), then xattrs (chown drops capabilities).
+            os.fchown(fd, e.uid, e.gid)
+            os.fchmod(fd, e.mode)
+            if e.xattrs:
+                _set_xattrs(e, fd)
+            os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
         finally:
             os.close(fd)
         self._files.add(rel)
@@ -610,15 +636,6 @@ class _Applier:
             _set_xattrs(e, path)
         if times:
             os.utime(path, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
-
-
-def _file_metadata(e: _Entry, fd: int) -> None:
-    """``_Applier._metadata`` for a regular file still open (no path lookups)."""
-    os.fchown(fd, e.uid, e.gid)
-    os.fchmod(fd, e.mode)
-    if e.xattrs:
-        _set_xattrs(e, fd)
-    os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
 
 
 def _set_xattrs(e: _Entry, target: int | bytes) -> None:
