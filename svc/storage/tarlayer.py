@@ -203,7 +203,9 @@ class _Input:
         data = self._stream.read(CHUNK)
         if not data:
             return False
-        self._hasher.update(data)  # immutable: safe to hash while we go on
+        if type(data) is not bytes:  # the hasher thread needs an immutable copy
+            data = bytes(data)
+        self._hasher.update(data)
         self._buf, self._view = data, memoryview(data)
         self._pos, self._end = 0, len(data)
         return True
