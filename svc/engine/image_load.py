@@ -56,7 +56,8 @@ class Archive:
 
 
 def _clean(name: str) -> str:
-    name = posixpath.normpath(name.lstrip("./") if name.startswith("./") else name)
+    """An archive member name as a key (names are only looked up, never written to disk)."""
+    name = posixpath.normpath(name)
     if name.startswith(("/", "../")) or name == "..":
         raise InvalidParameter(f"invalid image archive: entry {name!r} escapes the archive")
     return name
