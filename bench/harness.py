@@ -24,13 +24,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class Target:
-    """A floor (``>=``) or a ceiling (``<``) that a figure should meet."""
+    """A floor (``>=``) or a ceiling (``<``, ``<=``) that a figure should meet."""
 
     op: str
     value: float
 
     def met(self, x: float) -> bool:
-        return x >= self.value if self.op == ">=" else x < self.value
+        if self.op == ">=":
+            return x >= self.value
+        return x <= self.value if self.op == "<=" else x < self.value
 
 
 @dataclass

@@ -14,7 +14,7 @@ from bench.harness import PYTHON, REPO, Figure, Target
 
 RESULTS_DIR = REPO / "bench" / "results"
 BUSY_LOADAVG = 0.5
-HEADERS = ("benchmark", "metric", "svcd", "floor (bare trio)", "target", "status", "note")
+HEADERS = ("benchmark", "metric", "svcd", "floor", "target", "status", "note")
 
 
 def fmt(v: float) -> str:
