@@ -1,0 +1,187 @@
+"""The layer skeleton: what ``apply_layer`` keeps so a layer's exact tar can be rebuilt.
+
+``SkeletonWriter`` records it while a layer is applied; ``write_layer_from_skeleton`` rebuilds
+the archive byte for byte (and so its diff id) from it and the diff dir, as docker's tar-split
+does.
+
+Skeleton format (version 1). A gzip stream whose content is ``b"svc-tar-skeleton 1\\n"`` then
+records, each a one-byte tag and big-endian fields:
+
+- ``R`` u32 length, bytes: archive bytes that are not regular-file payload (headers, PAX and GNU
+  long-name blocks with their data, padding, payload of entries not stored as files, the
+  end-of-archive blocks and any trailing bytes), verbatim.
+- ``F`` u32 path length, u64 size, path: ``size`` payload bytes, to be read from the file at
+  ``path`` (relative to the diff dir, as stored by ``apply_layer``).
+- ``X`` u32 path length, path: a later entry of the same archive removed or replaced the file an
+  earlier ``F`` names, so the archive can no longer be rebuilt (docker fails such a save too).
+- ``E`` u64 total: end of skeleton; ``total`` is the length of the archive.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import BinaryIO
+
+from svc.errors import InvalidParameter, SystemError_
+from svc.storage.compression import open_decompressed
+from svc.storage.tarformat import CHUNK, show, write_all, write_out
+
+SKELETON_MAGIC = b"svc-tar-skeleton 1\n"
+_U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")
+
+
+class SkeletonWriter:
+    """Accumulates skeleton records and writes them gzip-compressed to ``out``."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._z = zlib.compressobj(1, zlib.DEFLATED, 31)
+        self._raw = bytearray()  # archive bytes for the next R record
+        self._records = bytearray(SKELETON_MAGIC)
+
+    def raw(self, data: bytes | memoryview) -> None:
+        self._raw += data
+        if len(self._raw) >= CHUNK:
+            self._flush_raw()
+
+    def file(self, path: bytes, size: int) -> None:
+        self._flush_raw()
+        self._records += b"F" + _F_HEAD.pack(len(path), size) + path
+        self._compress()
+
+    def stale(self, path: bytes) -> None:
+        self._flush_raw()
+        self._records += b"X" + _U32.pack(len(path)) + path
+
+    def close(self, total: int) -> None:
+        self._flush_raw()
+        self._records += b"E" + _U64.pack(total)
+        self._compress(force=True)
+        write_out(self._out, self._z.flush())
+
+    def _flush_raw(self) -> None:
+        if self._raw:
+            self._records += b"R" + _U32.pack(len(self._raw)) + self._raw
+            self._raw.clear()
+
+    def _compress(self, force: bool = False) -> None:
+        if force or len(self._records) >= CHUNK // 4:
+            write_out(self._out, self._z.compress(self._records))
+            self._records.clear()
+
+
+
+_SMALL_FILE = 64 << 10  # payloads up to this size are copied through the write buffer
+
+
+class _Sink:
+    """Buffered output to ``out``; whole files go out with sendfile(2) when ``out`` has a fd."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._buf = bytearray()
+        self.total = 0
+        try:
+            self._fd: int | None = out.fileno()
+        except (OSError, ValueError, AttributeError):
+            self._fd = None
+        if self._fd is not None:
+            out.flush()  # from here on we write the fd directly
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._buf += data
+        self.total += len(data)
+        if len(self._buf) >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._fd is None:
+            write_out(self._out, bytes(self._buf))
+        else:
+            write_all(self._fd, self._buf)
+        self._buf.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None and self._out.seekable():
+            self._out.seek(os.lseek(self._fd, 0, os.SEEK_CUR))  # resync the file object
+
+    def copy_file(self, fd: int, size: int) -> int:
+        """Send ``size`` bytes of ``fd``; returns how many it could (fewer if the file shrank)."""
+        if size <= _SMALL_FILE or self._fd is None:
+            done = 0
+            while done < size and (data := os.read(fd, min(size - done, CHUNK))):
+                self.write(data)
+                done += len(data)
+            return done
+        self.flush()
+        done = 0
+        while done < size and (n := os.sendfile(self._fd, fd, done, min(size - done, 1 << 30))):
+            done += n
+        self.total += done
+        return done
+
+
+def _emit_file(sink: _Sink, diff_dir: Path, rel: bytes, size: int) -> None:
+    path = os.path.join(os.fsencode(diff_dir), rel)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SystemError_(f'layer {diff_dir}: file "{show(rel)}" cannot be read: '
+                           f"{exc.strerror}") from exc
+    try:
+        found = os.fstat(fd).st_size
+        if found != size or sink.copy_file(fd, size) != size:
+            raise SystemError_(f'layer {diff_dir}: file "{show(rel)}" has changed '
+                               f"(size {found}, the layer archive holds {size} bytes)")
+    finally:
+        os.close(fd)
+
+
+def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO) -> None:
+    """Write the exact layer tar that ``apply_layer`` read, from its skeleton and ``diff_dir``.
+
+    Args:
+      skeleton: the skeleton ``apply_layer`` wrote, read sequentially.
+      diff_dir: the directory the layer was applied to.
+      out: receives the tar; if it has a file descriptor that is written directly (blocking).
+
+    Raises:
+      SystemError_: the skeleton is damaged, or a payload file is missing or changed.
+
+    Cancellation: blocking, not a checkpoint; on an error ``out`` holds a truncated tar.
+    """
+    src = open_decompressed(skeleton)
+
+    def read(n: int) -> bytes:
+        try:
+            data = src.read(n)
+        except InvalidParameter as exc:
+            why = exc.message.removeprefix("invalid layer archive: ")
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged ({why})") from exc
+        if len(data) != n:
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (truncated)")
+        return data
+
+    if read(len(SKELETON_MAGIC)) != SKELETON_MAGIC:
+        raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (unknown format)")
+    sink = _Sink(out)
+    while (tag := read(1)) != b"E":
+        if tag == b"R":
+            sink.write(read(_U32.unpack(read(4))[0]))
+        elif tag == b"F":
+            length, size = _F_HEAD.unpack(read(_F_HEAD.size))
+            _emit_file(sink, diff_dir, read(length), size)
+        elif tag == b"X":
+            name = show(read(_U32.unpack(read(4))[0]))
+            raise SystemError_(f'layer {diff_dir} cannot be exported: its archive replaced '
+                               f'the file "{name}" after writing it')
+        else:
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
+    total = _U64.unpack(read(8))[0]
+    sink.close()
+    if sink.total != total:
+        raise SystemError_(f"layer {diff_dir}: rebuilt {sink.total} bytes, expected {total}")

@@ -1,0 +1,343 @@
+"""Reading tar archives: header parsing, extended headers, and the byte stream under them.
+
+What ``TarReader`` accepts (as Go's ``archive/tar`` does, unless noted):
+
+- ustar, GNU (long names, base-256 numbers) and PAX (path, linkpath, size, uid, gid, mtime,
+  ``SCHILY.xattr.*``) headers are read; PAX global headers are ignored; sparse files, volume
+  labels and other types are refused. The first zero block ends the archive (everything after
+  it is kept for the diff id); EOF right after an entry is accepted, anywhere else it is not.
+
+Every byte read goes through ``Input``, which hashes it (``Hasher``) and records whatever is not
+regular-file payload in the skeleton (``svc.storage.skeleton``). Also here: the constants and
+small helpers the apply, produce and rebuild modules share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
+
+from svc.errors import InvalidParameter, SystemError_
+
+if TYPE_CHECKING:
+    from svc.storage.skeleton import SkeletonWriter
+
+BLOCK = 512
+CHUNK = 1 << 20
+MAX_META = 1 << 20  # largest PAX header / GNU long name buffered (Go's archive/tar uses 1 MiB)
+WHITEOUT = b".wh."
+WHITEOUT_META = b".wh..wh."
+WHITEOUT_OPAQUE = b".wh..wh..opq"
+OPAQUE_XATTR = b"trusted.overlay.opaque"
+# Overlay's own bookkeeping is never taken from, nor written to, an archive: a layer must not be
+# able to plant redirects or metacopy origins. SELinux labels are host policy, not image content.
+PRIVATE_XATTRS = (b"trusted.overlay.", b"user.overlay.", b"security.selinux")
+_ZERO_BLOCK = bytes(BLOCK)
+REGULAR, HARDLINK, SYMLINK, CHAR, BLOCKDEV, DIR, FIFO = (
+    b"0", b"1", b"2", b"3", b"4", b"5", b"6")
+_ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
+
+
+def show(name: bytes) -> str:
+    return name.decode("utf-8", "backslashreplace")
+
+
+def bad(message: str) -> InvalidParameter:
+    return InvalidParameter(f"invalid layer archive: {message}")
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+
+
+def write_out(out: BinaryIO, data: bytes) -> None:
+    """``out.write`` until all of ``data`` is taken (a raw stream may take less)."""
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            n = out.write(view[done:])
+            if n is None:  # a non-blocking raw stream that is full
+                raise SystemError_("layer output would block")
+            done += n
+
+
+def padding(size: int) -> int:
+    return -size % BLOCK
+
+
+class Hasher:
+    """sha256 in a helper thread, so hashing overlaps the extraction's system calls."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # 8 MiB at most
+        self._thread = threading.Thread(target=self._run, name="layer-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def close(self) -> str:
+        """Stop the thread (idempotent); returns the hex digest of what was fed."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        return self._hash.hexdigest()
+
+
+class Input:
+    """The archive stream: hashes every byte read; metadata bytes go to the skeleton."""
+
+    def __init__(self, stream: BinaryIO, skeleton: SkeletonWriter, hasher: Hasher) -> None:
+        self._stream = stream
+        self._skel = skeleton
+        self._hasher = hasher
+        self._buf = b""
+        self._view = memoryview(self._buf)
+        self._pos = self._end = 0
+        self.offset = 0  # absolute offset of the next unconsumed byte
+
+    def _fill(self) -> bool:
+        data = self._stream.read(CHUNK)
+        if not data:
+            return False
+        if type(data) is not bytes:  # the hasher thread needs an immutable copy
+            data = bytes(data)
+        self._hasher.update(data)
+        self._buf, self._view = data, memoryview(data)
+        self._pos, self._end = 0, len(data)
+        return True
+
+    def meta(self, n: int) -> bytes:
+        """Consume up to ``n`` (small) metadata bytes, recorded verbatim; short only at EOF."""
+        pos = self._pos
+        if self._end - pos >= n:
+            data = self._buf[pos : pos + n]
+            self._pos = pos + n
+        else:
+            parts = bytearray()
+            while len(parts) < n and (self._pos < self._end or self._fill()):
+                take = min(n - len(parts), self._end - self._pos)
+                parts += self._view[self._pos : self._pos + take]
+                self._pos += take
+            data = bytes(parts)
+        self._skel.raw(data)
+        self.offset += len(data)
+        return data
+
+    def _chunk(self, n: int) -> memoryview:
+        """The next at most ``n`` buffered bytes (consumed); raises at EOF."""
+        if self._pos == self._end and not self._fill():
+            raise bad("unexpected end of data")
+        take = min(n, self._end - self._pos)
+        view = self._view[self._pos : self._pos + take]
+        self._pos += take
+        self.offset += take
+        return view
+
+    def skip(self, n: int) -> None:
+        """Consume ``n`` bytes recorded verbatim (discarded payload, trailing data)."""
+        while n:
+            view = self._chunk(n)
+            self._skel.raw(view)
+            n -= len(view)
+
+    def copy(self, fd: int, n: int) -> None:
+        """Write ``n`` payload bytes to ``fd`` (not recorded: the skeleton refers to the file)."""
+        while n:
+            if self._pos == self._end and not self._fill():
+                raise bad("unexpected end of data")
+            pos = self._pos
+            written = os.write(fd, self._view[pos : min(pos + n, self._end)])
+            self._pos = pos + written
+            self.offset += written
+            n -= written
+
+    def drain(self) -> None:
+        """Record everything up to EOF: the end-of-archive blocks and whatever trails them."""
+        while self._pos < self._end or self._fill():
+            self.skip(self._end - self._pos)
+
+
+@dataclass(slots=True)
+class Entry:
+    name: bytes
+    kind: bytes
+    mode: int
+    uid: int
+    gid: int
+    size: int  # payload bytes that follow the header
+    mtime_ns: int
+    linkname: bytes
+    devmajor: int
+    devminor: int
+    xattrs: dict[bytes, bytes]
+
+
+def _num(field: bytes) -> int:
+    """A numeric header field: octal text, or GNU base-256 when the high bit is set."""
+    try:
+        return int(field.rstrip(b"\0 "), 8)  # fast path: "0000644\0", "  644 \0", "015341\0 "
+    except ValueError:
+        pass
+    if field[0] & 0x80:
+        value = int.from_bytes(field[1:], "big")
+        return value - 256 ** (len(field) - 1) if field[0] == 0xFF else value
+    text = field.partition(b"\0")[0]
+    return int(text, 8) if text.strip() else 0
+
+
+def _checksum_ok(block: bytes) -> bool:
+    """Unsigned header sum (checksum field as spaces); signed too, as some old tars wrote it."""
+    view = memoryview(block)
+    # Each half sums to at most 65280 < 65521, so Adler-32's low half is its exact byte sum + 1.
+    total = (zlib.adler32(view[:256]) & 0xFFFF) + (zlib.adler32(view[256:]) & 0xFFFF) - 2
+    try:
+        stored = _num(block[148:156])
+    except ValueError:
+        return False
+    if stored == total - sum(block[148:156]) + 256:
+        return True
+    signed: tuple[int, ...] = struct.unpack_from("148b", block)
+    signed += struct.unpack_from("356b", block, 156)
+    return stored == 256 + sum(signed)
+
+
+def _pax_records(data: bytes) -> dict[bytes, bytes]:
+    """Parse PAX ``"<len> key=value\\n"`` records (values kept as raw bytes)."""
+    records: dict[bytes, bytes] = {}
+    pos = 0
+    while pos < len(data) and data[pos]:
+        space = data.find(b" ", pos)
+        length = int(data[pos:space]) if space > pos else 0
+        record = data[pos : pos + length]
+        key, eq, value = record[space - pos + 1 : -1].partition(b"=")
+        if length <= 0 or len(record) != length or not record.endswith(b"\n") or not eq:
+            raise ValueError("malformed PAX record")
+        records[key] = value
+        pos += length
+    return records
+
+
+def _pax_time_ns(text: bytes) -> int:
+    negative = text.startswith(b"-")
+    whole, _, frac = text.lstrip(b"-").partition(b".")
+    ns = int(whole or b"0") * 1_000_000_000 + int((frac + b"000000000")[:9])
+    return -ns if negative else ns
+
+
+class TarReader:
+    """Yields the entries of a tar stream; every byte flows through ``Input``."""
+
+    def __init__(self, inp: Input) -> None:
+        self._in = inp
+        self._left = 0  # unread payload of the current entry
+        self._pad = 0
+
+    def next(self) -> Entry | None:
+        """The next entry, with GNU long names and PAX records applied; None at the end."""
+        if self._left:
+            self._in.skip(self._left)
+        pad, self._left, self._pad = self._pad, 0, 0
+        longname = longlink = None
+        pax: dict[bytes, bytes] = {}
+        while True:
+            at = self._in.offset + pad
+            data = self._in.meta(pad + BLOCK)  # the last entry's padding, then a header
+            block = data[pad:] if pad else data
+            extended = bool(pax) or longname is not None or longlink is not None
+            if len(block) < BLOCK:
+                if not block and len(data) == pad and not extended:
+                    return None  # EOF right after an entry: accepted, as Go's archive/tar does
+                raise bad("unexpected end of data")
+            pad = 0
+            if block == _ZERO_BLOCK:
+                if extended:
+                    raise bad(f"extended header without an entry at offset {at}")
+                self._in.drain()
+                return None
+            if not _checksum_ok(block):
+                raise bad(f"bad header checksum at offset {at} (not a tar archive?)")
+            try:
+                kind, size = block[156:157], _num(block[124:136])
+                if kind not in (b"x", b"g", b"L", b"K"):
+                    return self._entry(block, kind, size, longname, longlink, pax)
+            except ValueError as exc:
+                raise bad(f"malformed header at offset {at}: {exc}") from exc
+            if not 0 <= size <= MAX_META:
+                raise bad(f"extended header at offset {at} is too large ({size} bytes)")
+            data = self._in.meta(size + padding(size))[:size]
+            if len(data) < size:
+                raise bad("unexpected end of data")
+            if kind == b"x":
+                try:
+                    pax.update(_pax_records(data))
+                except ValueError as exc:
+                    raise bad(f"malformed PAX header at offset {at}") from exc
+            elif kind == b"L":
+                longname = data.partition(b"\0")[0]
+            elif kind == b"K":
+                longlink = data.partition(b"\0")[0]
+            # "g" (PAX global header): recorded, otherwise ignored, as moby does.
+
+    def copy_payload(self, fd: int) -> None:
+        """Write the current entry's payload to ``fd``."""
+        left, self._left = self._left, 0
+        self._in.copy(fd, left)
+
+    def _entry(self, block: bytes, kind: bytes, size: int, longname: bytes | None,
+               longlink: bytes | None, pax: dict[bytes, bytes]) -> Entry:
+        if longname is None:
+            longname = block[0:100].partition(b"\0")[0]
+            if block[257:263] == b"ustar\0" and block[345]:  # POSIX prefix (not GNU headers)
+                longname = block[345:500].partition(b"\0")[0] + b"/" + longname
+        if longlink is None:
+            longlink = block[157:257].partition(b"\0")[0] if block[157] else b""
+        device = kind in (CHAR, BLOCKDEV)
+        e = Entry(longname, kind, _num(block[100:108]) & 0o7777, _num(block[108:116]),
+                   _num(block[116:124]), size, _num(block[136:148]) * 1_000_000_000, longlink,
+                   _num(block[329:337]) if device else 0, _num(block[337:345]) if device else 0,
+                   {})
+        if pax:
+            for key, value in pax.items():
+                self._pax_override(e, key, value)
+        if e.kind == b"\0":
+            e.kind = DIR if e.name.endswith(b"/") else REGULAR
+        elif e.kind == b"7":  # contiguous file
+            e.kind = REGULAR
+        if e.kind != REGULAR:  # header-only types carry no payload (as Go's archive/tar)
+            e.size = 0
+        if e.size < 0 or not 0 <= e.uid < _ID_LIMIT or not 0 <= e.gid < _ID_LIMIT \
+                or not 0 <= e.devmajor < _ID_LIMIT or not 0 <= e.devminor < _ID_LIMIT \
+                or not -(2**63) <= e.mtime_ns // 1_000_000_000 < 2**63:  # time_t
+            raise ValueError(f'entry "{show(e.name)}": size, owner, device or time out of range')
+        self._left, self._pad = e.size, padding(e.size)
+        return e
+
+    @staticmethod
+    def _pax_override(e: Entry, key: bytes, value: bytes) -> None:
+        if key == b"path":
+            e.name = value
+        elif key == b"linkpath":
+            e.linkname = value
+        elif key in (b"size", b"uid", b"gid"):
+            setattr(e, key.decode(), int(value))
+        elif key == b"mtime":
+            e.mtime_ns = _pax_time_ns(value)
+        elif key.startswith(b"SCHILY.xattr."):
+            e.xattrs[key[len(b"SCHILY.xattr.") :]] = value
+        elif key.startswith(b"GNU.sparse."):
+            raise bad(f'entry "{show(e.name)}" is a sparse file, which is not supported')
