@@ -22,7 +22,7 @@ from svc.engine.images import Image, ImageService
 from svc.engine.streams import ThreadReader
 from svc.errors import InvalidParameter
 from svc.registry.reference import Reference
-from svc.storage.layers import LayerInfo
+from svc.storage.layers import StagedLayer
 
 PROGRESS_EVERY = 0.1  # seconds between progress messages
 
@@ -38,6 +38,8 @@ class ImportSpec:
 def check_spec(spec: ImportSpec) -> None:
     """Everything that can be refused before the stream starts."""
     imageconfig.apply_changes(imageconfig.empty_container_config(), spec.changes)
+    if spec.ref is not None and spec.ref.digest is not None:
+        raise InvalidParameter("cannot import to a digest reference: use repo and tag")
     if spec.src != "-" and not spec.src.startswith(("http://", "https://")):
         raise InvalidParameter(f"fromSrc must be - or an http(s) URL, not {spec.src!r}")
 
@@ -100,7 +102,7 @@ async def import_image(svc: ImageService, spec: ImportSpec, body: AsyncIterator[
         with contextlib.suppress(trio.WouldBlock):  # a slow reader skips progress, not data
             trio.from_thread.run_sync(progress.send_nowait, msg)
 
-    def register() -> LayerInfo:
+    def stage() -> StagedLayer:
         if spec.src == "-":
             reader = ThreadReader(body)
             source: BinaryIO = io.BufferedReader(reader, 1 << 20)  # type: ignore[arg-type,unused-ignore]
@@ -108,12 +110,15 @@ async def import_image(svc: ImageService, spec: ImportSpec, body: AsyncIterator[
         else:
             source, total = _open_url(spec.src)
         try:
-            return svc.layers.register(_Progress(source, total, report),  # type: ignore[arg-type,unused-ignore]
-                                       None)
+            return svc.layers.stage(_Progress(source, total, report))  # type: ignore[arg-type,unused-ignore]
         finally:
             source.close()
 
-    layer = await svc.register_layer(register)
+    staged = await trio.to_thread.run_sync(stage)
+    try:
+        layer = await svc.commit_layer(staged, None)
+    finally:
+        await trio.to_thread.run_sync(svc.layers.discard, staged)
     comment = spec.message or f"Imported from {spec.src}"
     config = imageconfig.import_config(layer.diff_id, created_ns=time.time_ns(),
                                        changes=spec.changes, comment=comment)
@@ -171,7 +176,9 @@ def tar_problem(head: bytes) -> str | None:
         if head[:2] == b"\x1f\x8b":
             data = zlib.decompressobj(31).decompress(head, 4096)
         elif head[:3] == b"BZh":
-            data = bz2.BZ2Decompressor().decompress(head, 4096) if len(head) > 100 else b""
+            data = bz2.BZ2Decompressor().decompress(head, 4096)
+            if not data:
+                return None  # bzip2 yields nothing before a whole block (up to 900 kB) is in
         elif head[:6] == b"\xfd7zXZ\x00":
             data = lzma.LZMADecompressor().decompress(head, 4096)
     except (zlib.error, OSError, EOFError, lzma.LZMAError) as exc:

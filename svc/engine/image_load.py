@@ -29,6 +29,8 @@ from svc.registry import reference
 from svc.storage.layers import LayerStore, StagedLayer
 
 MAX_META = 16 << 20  # json files larger than this are not image metadata
+MAX_META_TOTAL = 64 << 20  # all metadata of one archive together
+META_NAMES = ("manifest.json", "repositories")
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Archive:
     files: dict[str, bytes] = field(default_factory=dict)
     layers: dict[str, StagedLayer] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
+    meta_bytes: int = 0
 
     def layer(self, path: str) -> StagedLayer:
         seen = set()
@@ -80,7 +83,12 @@ def read_archive(source: BinaryIO, layers: LayerStore) -> Archive:
                                                                 m.linkname))
                     elif m.islnk():
                         arc.links[name] = _clean(m.linkname)
-                elif m.isfile() and m.size <= MAX_META:
+                elif m.isfile() and m.size <= MAX_META and (
+                        name in META_NAMES or name.endswith((".json", "/json"))):
+                    arc.meta_bytes += m.size
+                    if arc.meta_bytes > MAX_META_TOTAL:
+                        raise InvalidParameter("invalid image archive: more than 64 MiB of "
+                                               "metadata")
                     f = tar.extractfile(m)
                     assert f is not None
                     arc.files[name] = f.read()
@@ -119,7 +127,13 @@ def plan_manifest(arc: Archive) -> list[PlannedImage]:
         if config is None:
             raise InvalidParameter(f"invalid image archive: {entry['Config']} is missing")
         diff_ids = imageconfig.diff_ids_of(_parse_config(config))
-        paths = [_clean(p) for p in entry.get("Layers") or []]
+        layers = entry.get("Layers") or []
+        tags = entry.get("RepoTags") or []
+        if not isinstance(layers, list) or not all(isinstance(p, str) for p in layers) \
+                or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise InvalidParameter("invalid image archive: manifest Layers and RepoTags must "
+                                   "be lists of strings")
+        paths = [_clean(p) for p in layers]
         if len(paths) != len(diff_ids):
             raise InvalidParameter(f"invalid image archive: {entry['Config']} names "
                                    f"{len(diff_ids)} layers but the manifest lists {len(paths)}")
@@ -128,8 +142,7 @@ def plan_manifest(arc: Archive) -> list[PlannedImage]:
             if got != want:
                 raise InvalidParameter(f"invalid image archive: layer {i} ({path}) has diff "
                                        f"id {got}, the config expects {want}")
-        tags = [_tag_ref(t) for t in entry.get("RepoTags") or []]
-        plan.append(PlannedImage(config, paths, tags))
+        plan.append(PlannedImage(config, paths, [_tag_ref(t) for t in tags]))
     return plan
 
 
@@ -138,36 +151,34 @@ def plan_legacy(arc: Archive) -> list[PlannedImage]:
     if not ids:
         raise InvalidParameter("invalid image archive: no manifest.json and no layer json "
                                "files: this is not a docker save tarball")
-    docs = {i: arc.json(f"{i}/json") for i in ids}
+    docs: dict[str, dict[str, Any]] = {}
+    for i in ids:
+        doc = arc.json(f"{i}/json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("parent") or "", str):
+            raise InvalidParameter(f"invalid image archive: {i}/json is not a layer description")
+        docs[i] = doc
     parents = {i: d.get("parent") or None for i, d in docs.items()}
     index: dict[str, int] = {}
     plan: list[PlannedImage] = []
-
-    def add(layer_id: str, depth: int = 0) -> int:
-        if layer_id in index:
-            return index[layer_id]
-        if depth > 1000 or layer_id not in docs:
-            raise InvalidParameter(f"invalid image archive: layer {layer_id} is missing or "
-                                   "its parents form a loop")
-        parent = parents[layer_id]
-        pidx = add(parent, depth + 1) if parent else None
-        chain = ([*plan[pidx].layer_paths] if pidx is not None else []) + [f"{layer_id}/layer.tar"]
-        lineage = _lineage(layer_id, parents)
-        diff_ids = [arc.layer(p).diff_id for p in chain]
-        config = imageconfig.legacy_config([docs[x] for x in lineage], diff_ids)
-        plan.append(PlannedImage(config, chain, [], pidx))
-        index[layer_id] = len(plan) - 1
-        return index[layer_id]
-
-    for i in ids:
-        add(i)
+    for top in ids:
+        lineage = _lineage(top, parents)
+        for depth, layer_id in enumerate(lineage):
+            if layer_id in index:
+                continue
+            pidx = index[lineage[depth - 1]] if depth else None
+            chain = [f"{x}/layer.tar" for x in lineage[: depth + 1]]
+            diff_ids = [arc.layer(p).diff_id for p in chain]
+            config = imageconfig.legacy_config([docs[x] for x in lineage[: depth + 1]], diff_ids)
+            plan.append(PlannedImage(config, chain, [], pidx))
+            index[layer_id] = len(plan) - 1
     if "repositories" in arc.files:
         repos = arc.json("repositories")
-        if not isinstance(repos, dict):
-            raise InvalidParameter("invalid image archive: repositories must be an object")
+        if not isinstance(repos, dict) or not all(isinstance(t, dict) for t in repos.values()):
+            raise InvalidParameter("invalid image archive: repositories must map each "
+                                   "repository to an object of tags")
         for repo, tags in repos.items():
-            for tag, layer_id in (tags or {}).items():
-                if layer_id not in index:
+            for tag, layer_id in tags.items():
+                if not isinstance(layer_id, str) or layer_id not in index:
                     raise InvalidParameter(f"invalid image archive: {repo}:{tag} names "
                                            f"missing layer {layer_id}")
                 plan[index[layer_id]].tags.append(_tag_ref(f"{repo}:{tag}"))
@@ -175,9 +186,15 @@ def plan_legacy(arc: Archive) -> list[PlannedImage]:
 
 
 def _lineage(layer_id: str, parents: dict[str, str | None]) -> list[str]:
+    """The layer and its ancestors, bottom first; a missing parent or a loop is a 400."""
     out = [layer_id]
-    while parents.get(out[-1]):
-        out.append(parents[out[-1]])  # type: ignore[arg-type]
+    seen = {layer_id}
+    while (parent := parents.get(out[-1])) is not None:
+        if parent not in parents or parent in seen:
+            raise InvalidParameter(f"invalid image archive: the parent {parent} of "
+                                   f"{out[-1]} is missing or the parents form a loop")
+        seen.add(parent)
+        out.append(parent)
     return list(reversed(out))
 
 
@@ -241,7 +258,7 @@ async def _commit_layers(svc: ImageService, arc: Archive, paths: list[str],
     for path in paths:
         staged = arc.layer(path)
         parent = chain[-1] if chain else None
-        info = await svc.register_layer(svc.layers.commit, staged, parent)
+        info = await svc.commit_layer(staged, parent)
         pinned.append(info.chain_id)
         chain.append(info.chain_id)
     return chain

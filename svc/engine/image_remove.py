@@ -40,14 +40,14 @@ async def _remove_by_name(svc: ImageService, image: Image, name: str, *, force: 
                        f"- container {use[0][:12]} is using its referenced image {image.short}")
     report = [{"Untagged": key}]
     await svc.drop_ref(image, key)
-    left = svc.refs_of(image.id)
-    # A removed tag takes the digest names of its own repository along (dockerd does).
-    if left and all("@" in r and _repo_of(r) == ref.familiar_name for r in left):
-        for r in left:
+    # A removed tag takes the digest names of its repository along when only digest names
+    # are left in that repository (dockerd does).
+    same_repo = [r for r in svc.refs_of(image.id) if _repo_of(r) == ref.familiar_name]
+    if same_repo and all("@" in r for r in same_repo):
+        for r in same_repo:
             await svc.drop_ref(image, r)
             report.append({"Untagged": r})
-        left = []
-    if left or svc.children(image.id) or use is not None:
+    if svc.refs_of(image.id) or svc.children(image.id) or use is not None:
         return report
     return report + await _delete(svc, image, noprune)
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import trio
+
 from svc.engine.images import Image, ImageService
 from svc.errors import InvalidParameter
 from svc.storage.layers import LayerStore
@@ -31,15 +33,15 @@ class SaveItem:
     tags: list[str] = field(default_factory=list)  # familiar "repo:tag" names to record
 
 
-def plan_save(svc: ImageService, names: list[str], config_of: Callable[[str], bytes]
-              ) -> list[SaveItem]:
+async def plan_save(svc: ImageService, names: list[str]) -> list[SaveItem]:
     """Resolve every name first (an unknown one is a 404 before any byte is sent)."""
     if not names:
         raise InvalidParameter("no image names given: use names=<image>")
     items: dict[str, SaveItem] = {}
     for name in names:
         image = svc.resolve(name)
-        item = items.get(image.id) or SaveItem(image, config_of(image.id))
+        item = items.get(image.id) or SaveItem(
+            image, await trio.to_thread.run_sync(svc.config_bytes, image.id))
         items[image.id] = item
         if not image.id.removeprefix("sha256:").startswith(name.removeprefix("sha256:")):
             ref, _ = svc.lookup_ref(name)

@@ -149,8 +149,6 @@ def legacy_config(layers: list[Mapping[str, Any]], diff_ids: list[str]) -> bytes
             entry["created_by"] = " ".join(str(c) for c in cmd)
         if layer.get("comment"):
             entry["comment"] = layer["comment"]
-        if layer.get("throwaway"):
-            entry["empty_layer"] = True
         history.append(entry)
     doc: dict[str, Any] = {}
     for key in ("architecture", "author", "comment", "config", "container", "container_config",

@@ -25,7 +25,7 @@ from svc.engine.events import EventBus
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.registry import reference
 from svc.storage.imagestore import ConfigStore
-from svc.storage.layers import LayerInfo, LayerStore
+from svc.storage.layers import LayerInfo, LayerStore, StagedLayer
 from svc.storage.refs import RefStore
 from svc.storage.store import ObjectStore
 from svc.wire.timefmt import parse_timestamp_ns
@@ -119,6 +119,9 @@ class ImageService:
                                               int(rec.get("size", 0)), int(rec.get("loaded", 0)))
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("skipping image %s: %s", image_id, exc)
+        for image_id in configs.keys() - self.images.keys():
+            log.warning("removing image config %s: no image record uses it", image_id)
+            self.configs.delete(image_id)
         self.repos = {repo: {r: i for r, i in refs.items() if i in self.images}
                       for repo, refs in self.refstore.load().items()}
         self.repos = {k: v for k, v in self.repos.items() if v}
@@ -145,6 +148,20 @@ class ImageService:
     def lookup_ref(self, name: str) -> tuple[reference.Reference, str | None]:
         ref = reference.parse(name).with_default_tag()
         return ref, self.repos.get(ref.familiar_name, {}).get(ref.familiar_string())
+
+    @staticmethod
+    def tag_reference(repo: str, tag: str | None, *, default_tag: bool = True
+                      ) -> reference.Reference:
+        """``repo`` (no tag or digest in it) plus ``tag``, checked as dockerd checks them."""
+        ref = reference.parse(repo)
+        if ref.tag is not None or ref.digest is not None:
+            if tag:
+                raise InvalidParameter("cannot use the repo:tag form and the tag parameter "
+                                       "together")
+            return ref
+        if tag:
+            ref = ref.with_tag(tag)
+        return ref.with_default_tag() if default_tag else ref
 
     def resolve(self, name: str) -> Image:
         """Find an image by name[:tag], name@digest, full id, ``sha256:`` id or id prefix."""
@@ -201,9 +218,11 @@ class ImageService:
         for img in sorted(self.images.values(), key=lambda i: -i.created_ns):
             tags = self.refs_of(img.id)
             has_children = bool(self.children(img.id))
-            if want_dangling is not None:
-                if (not tags and not has_children) != want_dangling:
+            if want_dangling is True:
+                if tags or has_children:
                     continue
+            elif want_dangling is False and not tags:
+                continue
             elif not all_images and not tags and has_children:
                 continue  # an intermediate image
             if not _labels_match(filters.get("label", []), img.container_config.get("Labels")):
@@ -297,12 +316,18 @@ class ImageService:
         self.images[image_id] = image
         return image
 
-    async def register_layer(self, fn: Callable[..., LayerInfo], *args: Any) -> LayerInfo:
-        """Run a blocking layer registration in a worker thread and pin its result."""
+    async def commit_layer(self, staged: StagedLayer, parent: str | None) -> LayerInfo:
+        """Commit a staged layer (a rename; a copy if it was committed elsewhere already) and
+        pin it until the image using it is committed. Uploads stage outside this lock."""
         async with self.layer_lock:
-            info = await trio.to_thread.run_sync(fn, *args)
+            info = await trio.to_thread.run_sync(self.layers.commit, staged, parent)
             self.pins[info.chain_id] += 1
         return info
+
+    def pin(self, chain: list[str]) -> None:
+        """Keep layers on disk while they are read (save), even if their image is removed."""
+        for c in chain:
+            self.pins[c] += 1
 
     async def release_layers(self, chain: list[str]) -> list[str]:
         """Unpin layers; delete those no image uses any more. Returns the deleted ones."""

@@ -468,3 +468,56 @@ async def test_images_survive_restart_and_half_written_layers_are_discarded(spaw
     async with http_client(d.sock) as c:
         assert (await c.get("/images/keep/json")).json()["Id"] == img.image_id()
         assert (await c.get("/info")).json()["Images"] == 1
+
+
+@pytest.mark.parametrize("compress", ["gzip", "bzip2", "xz"])
+async def test_import_compressed_rootfs(api, compress: str) -> None:  # type: ignore[no-untyped-def]
+    import bz2
+    import gzip
+    import lzma
+
+    _, c = api
+    raw = timg.busybox_rootfs_tar()
+    data = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compress](raw)
+    assert len(data) > 64 * 1024
+    r = await import_tar(c, data, repo=compress)
+    assert r.status_code == 200 and "error" not in r.text, r.text
+    info = (await c.get(f"/images/{compress}/json")).json()
+    assert info["RootFS"]["Layers"] == [timg.diff_id(raw)]  # the digest of the plain tar
+
+
+async def test_dangling_false_lists_tagged_only(api) -> None:  # type: ignore[no-untyped-def]
+    _, c = api
+    layers = [timg.layer_tar([timg.file(f"f{i}", b"x")]) for i in range(3)]
+    await load(c, timg.docker_save_tar([timg.SaveImage(layers, repo_tags=["t:1"])],
+                                       layout="legacy"))
+    r = await c.get("/images/json", params={"all": "1", "filters": json.dumps(
+        {"dangling": ["false"]})})
+    assert [i["RepoTags"] for i in r.json()] == [["t:1"]]
+
+
+async def test_import_to_a_digest_name_is_refused(api) -> None:  # type: ignore[no-untyped-def]
+    _, c = api
+    r = await import_tar(c, timg.busybox_rootfs_tar(), repo="x@sha256:" + "a" * 64)
+    assert r.status_code == 400 and "digest" in r.text
+
+
+async def test_malformed_legacy_metadata_is_400(api) -> None:  # type: ignore[no-untyped-def]
+    d, c = api
+    layer = timg.layer_tar([timg.file("a", b"a")])
+    cases = {
+        "json-not-object": {"abc/json": b"[1, 2]", "abc/layer.tar": layer},
+        "parent-loop": {"a1/json": b'{"id": "a1", "parent": "b2"}', "a1/layer.tar": layer,
+                        "b2/json": b'{"id": "b2", "parent": "a1"}', "b2/layer.tar": layer},
+        "missing-parent": {"a1/json": b'{"id": "a1", "parent": "zz"}', "a1/layer.tar": layer},
+        "repositories-not-object": {"a1/json": b'{"id": "a1"}', "a1/layer.tar": layer,
+                                    "repositories": b'{"x": "a1"}'},
+        "manifest-layers-not-strings": {"manifest.json": b'[{"Config": "c.json", "Layers": [1]}]',
+                                        "c.json": b'{"rootfs": {"type": "layers", '
+                                                  b'"diff_ids": []}}'},
+    }
+    for name, files in cases.items():
+        arc = timg.layer_tar([timg.file(p, b) for p, b in files.items()])
+        r = await load(c, arc)
+        assert r.status_code == 400, (name, r.status_code, r.text)
+    assert store_state(d)[0] == []

@@ -22,7 +22,6 @@ from svc.engine.streams import ThreadWriter
 from svc.errors import InvalidParameter, SvcError, Unsupported
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
-from svc.registry import reference
 
 bp = Blueprint("images", __name__)
 log = logging.getLogger("svc.api.images")
@@ -96,16 +95,15 @@ async def tag(name: str) -> Response:
     repo = qstr("repo") or ""
     if not repo:
         raise InvalidParameter("repo is required: the repository to tag the image in")
-    ref = reference.parse(repo)
+    ref = svc.tag_reference(repo, None, default_tag=False)
     if ref.tag is not None or ref.digest is not None:
         raise InvalidParameter(f"invalid repository name {repo!r}: give the tag in the tag "
                                "parameter")
-    tag_value = qstr("tag") or "latest"
-    reference.validate_tag(tag_value)
+    ref = ref.with_tag(qstr("tag") or "latest")
     force = qbool("force") or api_version() >= (1, 22)  # 1.10+ always moves an existing tag
     async with svc.lock:
         image = svc.resolve(name)
-        await svc.add_ref(image, ref.with_tag(tag_value), force=force)
+        await svc.add_ref(image, ref, force=force)
     return Response(b"", status=201)
 
 
@@ -123,7 +121,7 @@ async def create() -> Response:
     src = qstr("fromSrc")
     if not src:
         raise InvalidParameter("fromSrc or fromImage is required")
-    spec = ImportSpec(src=src, ref=_import_ref(qstr("repo"), qstr("tag")),
+    spec = ImportSpec(src=src, ref=_import_ref(images(), qstr("repo"), qstr("tag")),
                       changes=request.args.getlist("changes"), message=qstr("message") or "")
     check_spec(spec)
     body: AsyncIterator[bytes] = request.body
@@ -133,18 +131,12 @@ async def create() -> Response:
                     content_type="application/json")
 
 
-def _import_ref(repo: str | None, tag: str | None) -> reference.Reference | None:
+def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:
     if not repo:
         if tag:
             raise InvalidParameter("tag given without repo")
         return None
-    ref = reference.parse(repo)
-    if tag:
-        if ref.tag is not None or ref.digest is not None:
-            raise InvalidParameter("cannot use the repo:tag form and the tag parameter together")
-        reference.validate_tag(tag)
-        ref = ref.with_tag(tag)
-    return ref.with_default_tag()
+    return svc.tag_reference(repo, tag)
 
 
 @trio.as_safe_channel
@@ -182,22 +174,36 @@ async def load() -> Response:
 
 @bp.get("/images/<path:name>/get")
 async def save_one(name: str) -> Response:
-    return _save([name])
+    return await _save([name])
 
 
 @bp.get("/images/get")
 async def save_many() -> Response:
-    return _save(request.args.getlist("names"))
+    return await _save(request.args.getlist("names"))
 
 
-def _save(names: list[str]) -> Response:
+async def _save(names: list[str]) -> Response:
     svc = images()
-    items = plan_save(svc, names, svc.config_bytes)
-    return Response(ChannelBody(_save_stream(svc, items)), content_type="application/x-tar")
+    items = await plan_save(svc, names)
+    # The layers stay on disk until the tarball is written, even if the image is removed.
+    chains = [c for item in items for c in item.image.chain]
+    svc.pin(chains)
+    return Response(ChannelBody(_save_stream(svc, items, chains)),
+                    content_type="application/x-tar")
 
 
 @trio.as_safe_channel
-async def _save_stream(svc: ImageService, items: list[Any]) -> AsyncGenerator[bytes, None]:
+async def _save_stream(svc: ImageService, items: list[Any],
+                       chains: list[str]) -> AsyncGenerator[bytes, None]:
+    try:
+        async for chunk in _save_chunks(svc, items):
+            yield chunk
+    finally:
+        with trio.CancelScope(shield=True):
+            await svc.release_layers(chains)
+
+
+async def _save_chunks(svc: ImageService, items: list[Any]) -> AsyncIterator[bytes]:
     send, recv = trio.open_memory_channel[bytes](4)
 
     async def work() -> None:
