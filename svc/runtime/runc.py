@@ -42,7 +42,7 @@ log = logging.getLogger("svc.runtime.runc")
 
 CONSOLE_TIMEOUT = 10.0  # seconds to get the pty master once runc create has succeeded
 
-_NOT_FOUND = re.compile(r"container does not exist|does not exist$")
+_NOT_FOUND = re.compile(r"^container does not exist$")  # not "rootfs (...) does not exist"
 _CONFLICT = re.compile(r"not running|not paused|container paused|already exists|not stopped|"
                        r"cannot start|already running|has stopped")
 
@@ -68,6 +68,11 @@ def failure(command: str, exit_code: int, text: str) -> RuntimeFailure:
     errors = [m for lvl, m in msgs if lvl in ("error", "fatal", "panic")]
     message = errors[-1] if errors else f"runc {command} exited with status {exit_code}"
     message = message.removeprefix(f"runc {command} failed: ")
+    # runc's C init reports the cause as "fatal" and runc then fails on its side with a vaguer
+    # error ("can't get final child's PID from pipe: EOF"): keep both.
+    causes = [m for lvl, m in msgs if lvl == "fatal" and m not in message]
+    if causes:
+        message = f"{message} ({causes[-1]})"
     kind: type[RuntimeFailure] = RuntimeFailure
     if _NOT_FOUND.search(message):
         kind = ContainerNotFound

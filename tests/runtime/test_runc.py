@@ -98,6 +98,41 @@ async def test_runc_errors_carry_runc_message(rt: RuncEnv) -> None:
         await rt.runc.kill("t-nope", signal.SIGKILL)
 
 
+async def test_a_failed_create_with_pipes_leaves_nothing(rt: RuncEnv) -> None:
+    # Pass-through: runc's own fatal message goes to the stderr it hands the init, i.e. the
+    # container's stderr pipe. The exception carries it too (read from runc's --log file).
+    cid, bundle = rt.bundle(["/no/such/binary"])
+    pipes = open_pipes(stdin=True)
+    err = bytearray()
+    try:
+        with pytest.raises(RuntimeFailure, match="no such file or directory"):
+            await rt.runc.create(cid, bundle, stdio=pipes)
+        await drain(pipes.stderr, err)  # EOF: runc and the init are gone, child ends closed
+    finally:
+        await pipes.aclose()
+    assert b"no such file or directory" in err
+    assert await rt.runc.list() == [] and not rt.cgroups.exists(rt.cgroup(cid))
+
+
+needs_no_sys_resource = pytest.mark.skipif(
+    "CAP_SYS_RESOURCE" in host_capabilities(), reason="the daemon holds CAP_SYS_RESOURCE here")
+
+
+@needs_no_sys_resource
+async def test_without_cap_sys_resource_limits_cannot_be_raised(rt: RuncEnv) -> None:
+    # Below the daemon's own oom_score_adj, or above its hard RLIMIT_NOFILE, needs the capability.
+    own = int(Path("/proc/self/oom_score_adj").read_text())
+    hard = int(Path("/proc/self/limits").read_text().split("Max open files")[1].split()[1])
+    if own > -1000:
+        cid, bundle = rt.bundle(["true"], with_oom_score_adj(own - 1))
+        with pytest.raises(RuntimeFailure, match="oom_score_adj: Permission denied"):
+            await rt.runc.create(cid, bundle)
+    cid, bundle = rt.bundle(["true"], with_rlimits([Rlimit("nofile", hard + 1, hard + 1)]))
+    with pytest.raises(RuntimeFailure, match="rlimit type 7: operation not permitted"):
+        await rt.runc.create(cid, bundle)
+    assert await rt.runc.list() == []
+
+
 async def test_kill_of_a_stopped_container_is_a_conflict(rt: RuncEnv) -> None:
     with trio.fail_after(TIMEOUT):
         cid, pid = await _started_sleeper(rt)

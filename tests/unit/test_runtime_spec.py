@@ -324,6 +324,14 @@ def test_runc_failure_keeps_runcs_message() -> None:
                       ContainerNotFound)
     assert isinstance(failure("kill", 1, '{"level":"error","msg":"container not running"}'),
                       ContainerStateConflict)
+    rootfs = '{"level":"error","msg":"runc create failed: rootfs (\\"/x\\") does not exist"}'
+    assert type(failure("create", 1, rootfs)) is RuntimeFailure
+    nsexec = ('{"level":"fatal","msg":"nsexec[1]: failed to update /proc/self/oom_score_adj: '
+              'Permission denied"}\n{"level":"error","msg":"runc create failed: unable to start '
+              'container process: can\'t get final child\'s PID from pipe: EOF"}')
+    assert str(failure("create", 1, nsexec)) == (
+        "unable to start container process: can't get final child's PID from pipe: EOF "
+        "(nsexec[1]: failed to update /proc/self/oom_score_adj: Permission denied)")
     assert str(failure("start", 2, "panic: boom\n")) == "panic: boom"
     assert str(failure("start", 3, "")) == "runc start exited with status 3"
 
