@@ -1,0 +1,155 @@
+"""Container wire models: the create body (configuration + HostConfig) as clients send it.
+
+Field names are the API's. Unknown fields are ignored (open schema). Values that the API
+allows in two shapes (``Cmd`` as a string or a list, ``StopSignal`` as a name or a number) are
+normalized here; bounds from the spec's Limits table are checked by ``svc.engine`` so that the
+400's message can name the field (see ``validate_host_config``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from svc.models.base import WireModel
+
+
+def _str_or_list(v: Any) -> Any:
+    if isinstance(v, str):
+        return [v] if v else None
+    return v
+
+
+class RestartPolicy(WireModel):
+    Name: str = ""
+    MaximumRetryCount: int = 0
+
+
+class LogConfig(WireModel):
+    Type: str = ""
+    Config: dict[str, str] | None = None
+
+
+class DeviceMapping(WireModel):
+    PathOnHost: str
+    PathInContainer: str = ""
+    CgroupPermissions: str = "rwm"
+
+
+class Ulimit(WireModel):
+    Name: str
+    Soft: int
+    Hard: int
+
+
+class WeightDevice(WireModel):
+    Path: str
+    Weight: int
+
+
+class ThrottleDevice(WireModel):
+    Path: str
+    Rate: int
+
+
+class HostConfig(WireModel):
+    Binds: list[str] | None = None
+    Links: list[str] | None = None
+    Memory: int = 0
+    MemorySwap: int = 0
+    MemoryReservation: int = 0
+    KernelMemory: int = 0
+    CpuShares: int = 0
+    CpuPeriod: int = 0
+    CpuQuota: int = 0
+    Cpuset: str = ""
+    CpusetCpus: str = ""
+    CpusetMems: str = ""
+    BlkioWeight: int = 0
+    BlkioWeightDevice: list[WeightDevice] | None = None
+    BlkioDeviceReadBps: list[ThrottleDevice] | None = None
+    BlkioDeviceWriteBps: list[ThrottleDevice] | None = None
+    BlkioDeviceReadIOps: list[ThrottleDevice] | None = None
+    BlkioDeviceWriteIOps: list[ThrottleDevice] | None = None
+    MemorySwappiness: int | None = None
+    OomKillDisable: bool | None = None
+    OomScoreAdj: int = 0
+    PidsLimit: int = 0
+    PortBindings: dict[str, list[dict[str, str]] | None] | None = None
+    PublishAllPorts: bool = False
+    Privileged: bool = False
+    ReadonlyRootfs: bool = False
+    Dns: list[str] | None = None
+    DnsOptions: list[str] | None = None
+    DnsSearch: list[str] | None = None
+    ExtraHosts: list[str] | None = None
+    VolumesFrom: list[str] | None = None
+    CapAdd: list[str] | None = None
+    CapDrop: list[str] | None = None
+    GroupAdd: list[str] | None = None
+    RestartPolicy: RestartPolicy = Field(default_factory=RestartPolicy)
+    NetworkMode: str = ""
+    Devices: list[DeviceMapping] | None = None
+    Ulimits: list[Ulimit] | None = None
+    LogConfig: LogConfig = Field(default_factory=LogConfig)
+    SecurityOpt: list[str] | None = None
+    CgroupParent: str = ""
+    VolumeDriver: str = ""
+    ShmSize: int = 0
+    IpcMode: str = ""
+    PidMode: str = ""
+    UTSMode: str = ""
+    ContainerIDFile: str = ""
+
+    @field_validator("Binds", "Links", "Dns", "DnsOptions", "DnsSearch", "ExtraHosts",
+                     "VolumesFrom", "CapAdd", "CapDrop", "GroupAdd", "SecurityOpt",
+                     mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return _str_or_list(v)
+
+
+class ContainerConfig(WireModel):
+    """The create body's top level (and the Config object of inspect)."""
+
+    Hostname: str = ""
+    Domainname: str = ""
+    User: str = ""
+    AttachStdin: bool = False
+    AttachStdout: bool = False
+    AttachStderr: bool = False
+    ExposedPorts: dict[str, dict[str, Any]] | None = None
+    Tty: bool = False
+    OpenStdin: bool = False
+    StdinOnce: bool = False
+    Env: list[str] | None = None
+    Cmd: list[str] | None = None
+    Image: str = ""
+    Volumes: dict[str, dict[str, Any]] | None = None
+    WorkingDir: str = ""
+    Entrypoint: list[str] | None = None
+    NetworkDisabled: bool = False
+    MacAddress: str = ""
+    OnBuild: list[str] | None = None
+    Labels: dict[str, str] | None = None
+    StopSignal: str = ""
+
+    @field_validator("Cmd", "Entrypoint", mode="before")
+    @classmethod
+    def _cmd(cls, v: Any) -> Any:
+        return _str_or_list(v)
+
+    @field_validator("StopSignal", mode="before")
+    @classmethod
+    def _signal(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class CreateBody(ContainerConfig):
+    HostConfig: HostConfig | None = None
+
+
+class CreateResponse(WireModel):
+    Id: str
+    Warnings: list[str] = Field(default_factory=list)
