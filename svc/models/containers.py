@@ -21,12 +21,12 @@ def _str_or_list(v: Any) -> Any:
     return v
 
 
-class RestartPolicy(WireModel):
+class RestartPolicyBody(WireModel):
     Name: str = ""
     MaximumRetryCount: int = 0
 
 
-class LogConfig(WireModel):
+class LogConfigBody(WireModel):
     Type: str = ""
     Config: dict[str, str] | None = None
 
@@ -53,7 +53,7 @@ class ThrottleDevice(WireModel):
     Rate: int
 
 
-class HostConfig(WireModel):
+class HostConfigBody(WireModel):
     Binds: list[str] | None = None
     Links: list[str] | None = None
     Memory: int = 0
@@ -88,11 +88,11 @@ class HostConfig(WireModel):
     CapAdd: list[str] | None = None
     CapDrop: list[str] | None = None
     GroupAdd: list[str] | None = None
-    RestartPolicy: RestartPolicy = Field(default_factory=RestartPolicy)
+    RestartPolicy: RestartPolicyBody = Field(default_factory=RestartPolicyBody)
     NetworkMode: str = ""
     Devices: list[DeviceMapping] | None = None
     Ulimits: list[Ulimit] | None = None
-    LogConfig: LogConfig = Field(default_factory=LogConfig)
+    LogConfig: LogConfigBody = Field(default_factory=LogConfigBody)
     SecurityOpt: list[str] | None = None
     CgroupParent: str = ""
     VolumeDriver: str = ""
@@ -147,7 +147,7 @@ class ContainerConfig(WireModel):
 
 
 class CreateBody(ContainerConfig):
-    HostConfig: HostConfig | None = None
+    HostConfig: HostConfigBody | None = None
 
 
 class CreateResponse(WireModel):
