@@ -48,7 +48,6 @@ from svc.storage.tarformat import (
     WHITEOUT_OPAQUE,
     Entry,
     Hasher,
-    Input,
     TarReader,
     bad,
     show,
@@ -314,13 +313,12 @@ def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO) -> ApplyRe
     skeleton = SkeletonWriter(skeleton_out)
     hasher = Hasher()
     try:
-        inp = Input(stream, skeleton, hasher)
-        reader = TarReader(inp)
+        reader = TarReader(stream, skeleton, hasher)
         applier = _Applier(dest, reader, skeleton)
         while (entry := reader.next()) is not None:
             applier.apply(entry)
         applier.finish()
-        skeleton.close(inp.offset)
+        skeleton.close(reader.offset)
     finally:
         digest = hasher.close()
-    return ApplyResult(f"sha256:{digest}", applier.size, inp.offset)
+    return ApplyResult(f"sha256:{digest}", applier.size, reader.offset)

@@ -7,8 +7,8 @@ What ``TarReader`` accepts (as Go's ``archive/tar`` does, unless noted):
   labels and other types are refused. The first zero block ends the archive (everything after
   it is kept for the diff id); EOF right after an entry is accepted, anywhere else it is not.
 
-Every byte read goes through ``Input``, which hashes it (``Hasher``) and records whatever is not
-regular-file payload in the skeleton (``svc.storage.skeleton``). Also here: the constants and
+Every byte ``TarReader`` reads is hashed (``Hasher``), and whatever is not regular-file payload
+is recorded in the skeleton (``svc.storage.skeleton``). Also here: the constants and
 small helpers the apply, produce and rebuild modules share.
 """
 
@@ -42,6 +42,7 @@ _ZERO_BLOCK = bytes(BLOCK)
 REGULAR, HARDLINK, SYMLINK, CHAR, BLOCKDEV, DIR, FIFO = (
     b"0", b"1", b"2", b"3", b"4", b"5", b"6")
 _ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
+_FAST_KINDS = (REGULAR, HARDLINK, SYMLINK, DIR)  # see TarReader.next
 
 
 def show(name: bytes) -> str:
@@ -96,80 +97,6 @@ class Hasher:
             self._queue.put(None)
             self._thread.join()
         return self._hash.hexdigest()
-
-
-class Input:
-    """The archive stream: hashes every byte read; metadata bytes go to the skeleton."""
-
-    def __init__(self, stream: BinaryIO, skeleton: SkeletonWriter, hasher: Hasher) -> None:
-        self._stream = stream
-        self._skel = skeleton
-        self._hasher = hasher
-        self._buf = b""
-        self._view = memoryview(self._buf)
-        self._pos = self._end = 0
-        self.offset = 0  # absolute offset of the next unconsumed byte
-
-    def _fill(self) -> bool:
-        data = self._stream.read(CHUNK)
-        if not data:
-            return False
-        if type(data) is not bytes:  # the hasher thread needs an immutable copy
-            data = bytes(data)
-        self._hasher.update(data)
-        self._buf, self._view = data, memoryview(data)
-        self._pos, self._end = 0, len(data)
-        return True
-
-    def meta(self, n: int) -> bytes:
-        """Consume up to ``n`` (small) metadata bytes, recorded verbatim; short only at EOF."""
-        pos = self._pos
-        if self._end - pos >= n:
-            data = self._buf[pos : pos + n]
-            self._pos = pos + n
-        else:
-            parts = bytearray()
-            while len(parts) < n and (self._pos < self._end or self._fill()):
-                take = min(n - len(parts), self._end - self._pos)
-                parts += self._view[self._pos : self._pos + take]
-                self._pos += take
-            data = bytes(parts)
-        self._skel.raw(data)
-        self.offset += len(data)
-        return data
-
-    def _chunk(self, n: int) -> memoryview:
-        """The next at most ``n`` buffered bytes (consumed); raises at EOF."""
-        if self._pos == self._end and not self._fill():
-            raise bad("unexpected end of data")
-        take = min(n, self._end - self._pos)
-        view = self._view[self._pos : self._pos + take]
-        self._pos += take
-        self.offset += take
-        return view
-
-    def skip(self, n: int) -> None:
-        """Consume ``n`` bytes recorded verbatim (discarded payload, trailing data)."""
-        while n:
-            view = self._chunk(n)
-            self._skel.raw(view)
-            n -= len(view)
-
-    def copy(self, fd: int, n: int) -> None:
-        """Write ``n`` payload bytes to ``fd`` (not recorded: the skeleton refers to the file)."""
-        while n:
-            if self._pos == self._end and not self._fill():
-                raise bad("unexpected end of data")
-            pos = self._pos
-            written = os.write(fd, self._view[pos : min(pos + n, self._end)])
-            self._pos = pos + written
-            self.offset += written
-            n -= written
-
-    def drain(self) -> None:
-        """Record everything up to EOF: the end-of-archive blocks and whatever trails them."""
-        while self._pos < self._end or self._fill():
-            self.skip(self._end - self._pos)
 
 
 @dataclass(slots=True)
@@ -240,23 +167,87 @@ def _pax_time_ns(text: bytes) -> int:
 
 
 class TarReader:
-    """Yields the entries of a tar stream; every byte flows through ``Input``."""
+    """Yields the entries of a tar stream read in large chunks.
 
-    def __init__(self, inp: Input) -> None:
-        self._in = inp
+    Every byte read is handed to the ``Hasher``; every byte that is not regular-file payload
+    (headers, extended headers, padding, skipped payload, the end of the archive and whatever
+    trails it) is recorded in the skeleton, verbatim and in order.
+    """
+
+    def __init__(self, stream: BinaryIO, skeleton: SkeletonWriter, hasher: Hasher) -> None:
+        self._stream = stream
+        self._skel = skeleton
+        self._hasher = hasher
+        self._buf = b""
+        self._view = memoryview(self._buf)
+        self._pos = self._end = 0
+        self._base = 0  # archive offset of self._buf[0]
         self._left = 0  # unread payload of the current entry
-        self._pad = 0
+        self._pad = 0  # and the padding after it
+
+    @property
+    def offset(self) -> int:
+        """Absolute offset of the next unconsumed byte."""
+        return self._base + self._pos
 
     def next(self) -> Entry | None:
         """The next entry, with GNU long names and PAX records applied; None at the end."""
         if self._left:
-            self._in.skip(self._left)
-        pad, self._left, self._pad = self._pad, 0, 0
+            self._skip(self._left)
+            self._left = 0
+        pad = self._pad
+        # Fast path: a plain ustar/GNU header of a common type, wholly in the buffer, with a
+        # checksum as every tar writer formats it and plain octal numbers. Anything else, or
+        # anything wrong, is left to the general path, which takes it from the same place.
+        pos = self._pos
+        end = pos + pad + BLOCK
+        if end <= self._end:
+            block = self._buf[end - BLOCK : end]
+            kind = block[156:157]
+            if kind in _FAST_KINDS:
+                field = block[148:156]
+                # Each half sums to at most 65280 < 65521: Adler-32's low half is its sum + 1.
+                unsigned = ((zlib.adler32(block[:256]) & 0xFFFF)
+                            + (zlib.adler32(block[256:]) & 0xFFFF) + 254 - sum(field))
+                if field == b"%06o\0 " % unsigned:
+                    entry = self._fast_entry(block, kind)
+                    if entry is not None:
+                        self._skel.raw(self._view[pos:end])
+                        self._pos = end
+                        return entry
+        self._pad = 0
+        return self._next(pad)
+
+    def _fast_entry(self, block: bytes, kind: bytes) -> Entry | None:
+        """``block`` as an entry if every field is plain (the general path agrees), else None."""
+        try:
+            mode = int(block[100:108].rstrip(b"\0 "), 8)
+            uid = int(block[108:116].rstrip(b"\0 "), 8)
+            gid = int(block[116:124].rstrip(b"\0 "), 8)
+            size = int(block[124:136].rstrip(b"\0 "), 8)
+            mtime = int(block[136:148].rstrip(b"\0 "), 8)
+        except ValueError:
+            return None
+        if kind != REGULAR:  # header-only types carry no payload (as Go's archive/tar)
+            size = 0
+        if not (0 <= uid < _ID_LIMIT and 0 <= gid < _ID_LIMIT and size >= 0
+                and -(2**63) <= mtime < 2**63):
+            return None
+        name = block[0:100].partition(b"\0")[0]
+        if block[257:263] == b"ustar\0" and block[345]:  # POSIX prefix (not GNU headers)
+            name = block[345:500].partition(b"\0")[0] + b"/" + name
+        linkname = block[157:257].partition(b"\0")[0] if block[157] else b""
+        self._left, self._pad = size, -size % BLOCK
+        return Entry(name, kind, mode & 0o7777, uid, gid, size, mtime * 1_000_000_000, linkname,
+                     0, 0, {})
+
+    def _next(self, pad: int) -> Entry | None:
+        """The general path of ``next``, after ``pad`` bytes of padding."""
         longname = longlink = None
         pax: dict[bytes, bytes] = {}
         while True:
-            at = self._in.offset + pad
-            data = self._in.meta(pad + BLOCK)  # the last entry's padding, then a header
+            at = self.offset + pad
+            data = self._meta(pad + BLOCK)  # the last entry's padding, then a header
             block = data[pad:] if pad else data
             extended = bool(pax) or longname is not None or longlink is not None
             if len(block) < BLOCK:
@@ -267,7 +258,7 @@ class TarReader:
             if block == _ZERO_BLOCK:
                 if extended:
                     raise bad(f"extended header without an entry at offset {at}")
-                self._in.drain()
+                self._drain()
                 return None
             if not _checksum_ok(block):
                 raise bad(f"bad header checksum at offset {at} (not a tar archive?)")
@@ -279,7 +270,7 @@ class TarReader:
                 raise bad(f"malformed header at offset {at}: {exc}") from exc
             if not 0 <= size <= MAX_META:
                 raise bad(f"extended header at offset {at} is too large ({size} bytes)")
-            data = self._in.meta(size + padding(size))[:size]
+            data = self._meta(size + padding(size))[:size]
             if len(data) < size:
                 raise bad("unexpected end of data")
             if kind == b"x":
@@ -294,9 +285,60 @@ class TarReader:
             # "g" (PAX global header): recorded, otherwise ignored, as moby does.
 
     def copy_payload(self, fd: int) -> None:
-        """Write the current entry's payload to ``fd``."""
-        left, self._left = self._left, 0
-        self._in.copy(fd, left)
+        """Write the current entry's payload to ``fd`` (not recorded: the skeleton names it)."""
+        n, self._left = self._left, 0
+        while n:
+            pos = self._pos
+            if pos == self._end:
+                if not self._fill():
+                    raise bad("unexpected end of data")
+                pos = 0
+            written = os.write(fd, self._view[pos : min(pos + n, self._end)])
+            self._pos = pos + written
+            n -= written
+
+    def _fill(self) -> bool:
+        data = self._stream.read(CHUNK)
+        if not data:
+            return False
+        if type(data) is not bytes:  # the hasher thread needs an immutable copy
+            data = bytes(data)
+        self._hasher.update(data)
+        self._base += self._end
+        self._buf, self._view = data, memoryview(data)
+        self._pos, self._end = 0, len(data)
+        return True
+
+    def _meta(self, n: int) -> bytes:
+        """Consume up to ``n`` (small) metadata bytes, recorded verbatim; short only at EOF."""
+        pos = self._pos
+        if self._end - pos >= n:
+            data = self._buf[pos : pos + n]
+            self._pos = pos + n
+        else:
+            parts = bytearray()
+            while len(parts) < n and (self._pos < self._end or self._fill()):
+                take = min(n - len(parts), self._end - self._pos)
+                parts += self._view[self._pos : self._pos + take]
+                self._pos += take
+            data = bytes(parts)
+        self._skel.raw(data)
+        return data
+
+    def _skip(self, n: int) -> None:
+        """Consume ``n`` bytes recorded verbatim (discarded payload, trailing data)."""
+        while n:
+            if self._pos == self._end and not self._fill():
+                raise bad("unexpected end of data")
+            take = min(n, self._end - self._pos)
+            self._skel.raw(self._view[self._pos : self._pos + take])
+            self._pos += take
+            n -= take
+
+    def _drain(self) -> None:
+        """Record everything up to EOF: the end-of-archive blocks and whatever trails them."""
+        while self._pos < self._end or self._fill():
+            self._skip(self._end - self._pos)
 
     def _entry(self, block: bytes, kind: bytes, size: int, longname: bytes | None,
                longlink: bytes | None, pax: dict[bytes, bytes]) -> Entry:

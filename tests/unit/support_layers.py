@@ -58,8 +58,14 @@ def tar(*members: tuple[tarfile.TarInfo, bytes], fmt: int = tarfile.PAX_FORMAT) 
     return buf.getvalue()
 
 
-def header(name: bytes, kind: bytes = b"0", size: int = 0, linkname: bytes = b"") -> bytes:
-    """One raw ustar header block, with any name (even one tarfile would refuse)."""
+def header(name: bytes, kind: bytes = b"0", size: int = 0, linkname: bytes = b"", *,
+           fields: dict[int, bytes] | None = None, checksum: bytes = b"%06o\0 ",
+           signed: bool = False) -> bytes:
+    """One raw ustar header block, with any name (even one tarfile would refuse).
+
+    ``fields`` overwrites bytes at the given offsets (before the checksum is computed);
+    ``checksum`` formats the 8-byte checksum field; ``signed`` sums the bytes as signed chars,
+    as some old tar writers did."""
     block = bytearray(512)
     block[0:len(name)] = name
     block[100:108] = b"0000644\0"
@@ -69,8 +75,11 @@ def header(name: bytes, kind: bytes = b"0", size: int = 0, linkname: bytes = b""
     block[156:157] = kind
     block[157:157 + len(linkname)] = linkname
     block[257:265] = b"ustar\x0000"
+    for offset, value in (fields or {}).items():
+        block[offset:offset + len(value)] = value
     block[148:156] = b" " * 8
-    block[148:156] = b"%06o\0 " % sum(block)
+    total = sum(struct.unpack("512b", block)) if signed else sum(block)
+    block[148:156] = checksum % total
     return bytes(block)
 
 

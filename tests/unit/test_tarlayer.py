@@ -13,6 +13,7 @@ import stat
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from tests.unit.support_layers import (
     directory,
     file,
     hardlink,
+    header,
     member,
     raw_tar,
     snapshot,
@@ -262,6 +264,42 @@ def test_produce_then_apply_gives_the_same_tree(tmp_path: Path) -> None:
     assert rebuild(skeleton, dest) == data
 
 
+def test_unusual_but_valid_headers(tmp_path: Path) -> None:
+    """Headers off the reader's fast path (odd checksums and numbers, prefixes, old types)."""
+    def entry(name: bytes, data: bytes = b"", kind: bytes = b"0", **kw: Any) -> bytes:
+        return header(name, kind, len(data), **kw) + data + bytes(-len(data) % 512)
+
+    data = b"".join((
+        entry(b"plain", b"p"),
+        entry(b"sum7", b"7", checksum=b"%07o\0"),
+        entry(b"sumspace", b"s", checksum=b" %05o\0 "),
+        entry(b"signed-\xe9", b"n", signed=True),
+        entry(b"spaced", b"sp", fields={100: b"   751 \0", 108: b"  1750 \0",
+                                         136: b"%012o" % (MTIME + 5)}),
+        entry(b"b256", b"b", fields={108: b"\x80" + (4096).to_bytes(7, "big"),
+                                      116: b"\x80" + (70000).to_bytes(7, "big")}),
+        entry(b"oldtype", b"o", kind=b"\0"),
+        entry(b"contiguous", b"c", kind=b"7"),
+        entry(b"file", b"f", fields={345: b"deep/prefix"}),
+        entry(b"olddir/", kind=b"\0"),
+        entry(b"dirsize", kind=b"5", fields={124: b"%011o\0" % 4}),  # size ignored: no payload
+    )) + bytes(1024)
+    root = tmp_path / "root"
+    diff_id, skeleton = apply(data, root)
+    assert diff_id == sha(data)
+    assert rebuild(skeleton, root) == data
+    for name, content in ((b"plain", b"p"), (b"sum7", b"7"), (b"sumspace", b"s"),
+                          (b"signed-\xe9", b"n"), (b"spaced", b"sp"), (b"b256", b"b"),
+                          (b"oldtype", b"o"), (b"contiguous", b"c"), (b"deep/prefix/file", b"f")):
+        assert (root / os.fsdecode(name)).read_bytes() == content, name
+    spaced = (root / "spaced").lstat()
+    assert (stat.S_IMODE(spaced.st_mode), spaced.st_uid, spaced.st_mtime) == (0o751, 1000,
+                                                                               MTIME + 5)
+    b256 = (root / "b256").lstat()
+    assert (b256.st_uid, b256.st_gid) == (4096, 70000)
+    assert (root / "olddir").is_dir() and (root / "dirsize").is_dir()
+
+
 # -- malicious and malformed archives -----------------------------------------------------------
 
 
@@ -307,6 +345,8 @@ def malicious(outside: bytes) -> dict[str, tuple[bytes, str]]:
                                      "extended header without an entry at offset 1024"),
         "huge owner": (tar(file("x", uid=2**40)), r'malformed header .*"x": .*out of range'),
         "huge time": (tar(file("x", mtime=2**66)), r'malformed header .*"x": .*out of range'),
+        "garbage size on a directory": (header(b"d", b"5", fields={124: b"zz\0"}) + bytes(1024),
+                                        "malformed header at offset 0"),
         "garbage": (random.Random(2).randbytes(4096),
                     r"bad header checksum at offset 0 \(not a tar archive\?\)"),
         "corrupt gzip": (gzip.compress(b"x" * 5000)[:30] + b"\0" * 20, "corrupt gzip data"),
