@@ -49,6 +49,7 @@ from svc.storage.tarformat import (
     Entry,
     Hasher,
     TarReader,
+    Worker,
     bad,
     show,
 )
@@ -310,15 +311,18 @@ def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO) -> ApplyRe
     Cancellation: blocking, not a checkpoint. On any error or crash ``dest`` and the skeleton are
     left half-written and must be discarded; nothing outside ``dest`` was touched.
     """
-    skeleton = SkeletonWriter(skeleton_out)
-    hasher = Hasher()
+    worker = Worker("layer-apply")  # hashes the input, compresses and writes the skeleton
     try:
+        hasher = Hasher(worker)
+        skeleton = SkeletonWriter(skeleton_out, worker)
         reader = TarReader(stream, skeleton, hasher)
         applier = _Applier(dest, reader, skeleton)
         while (entry := reader.next()) is not None:
             applier.apply(entry)
         applier.finish()
         skeleton.close(reader.offset)
-    finally:
-        digest = hasher.close()
-    return ApplyResult(f"sha256:{digest}", applier.size, reader.offset)
+    except BaseException:
+        worker.close(check=False)
+        raise
+    worker.close()
+    return ApplyResult(f"sha256:{hasher.hexdigest()}", applier.size, reader.offset)

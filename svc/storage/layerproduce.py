@@ -26,6 +26,7 @@ from svc.storage.tarformat import (
     WHITEOUT,
     WHITEOUT_OPAQUE,
     Hasher,
+    Worker,
     padding,
     show,
     write_out,
@@ -36,7 +37,7 @@ log = logging.getLogger("svc.storage.tarlayer")
 
 
 class _HashingOut:
-    """Writes to ``out`` through a buffer; a ``Hasher`` thread hashes every byte."""
+    """Writes to ``out`` through a buffer; a ``Hasher`` hashes every byte (in its thread)."""
 
     def __init__(self, out: BinaryIO, hasher: Hasher) -> None:
         self._out = out
@@ -161,7 +162,8 @@ def produce_layer(src: Path, out: BinaryIO) -> str:
 
     Cancellation: blocking, not a checkpoint; on an error ``out`` holds a truncated tar.
     """
-    hasher = Hasher()
+    worker = Worker("layer-sha256")
+    hasher = Hasher(worker)
     try:
         sink = _HashingOut(out, hasher)
         root = os.fsencode(src)
@@ -176,6 +178,8 @@ def produce_layer(src: Path, out: BinaryIO) -> str:
                 stack.extend(rel + b"/" + name for name in children)
         sink.write(bytes(2 * BLOCK))
         sink.flush()
-    finally:
-        digest = hasher.close()
-    return f"sha256:{digest}"
+    except BaseException:
+        worker.close(check=False)
+        raise
+    worker.close()
+    return f"sha256:{hasher.hexdigest()}"

@@ -27,51 +27,75 @@ from typing import BinaryIO
 
 from svc.errors import InvalidParameter, SystemError_
 from svc.storage.compression import open_decompressed
-from svc.storage.tarformat import CHUNK, show, write_all, write_out
+from svc.storage.tarformat import CHUNK, Worker, show, write_all, write_out
 
 SKELETON_MAGIC = b"svc-tar-skeleton 1\n"
 _U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")
+_BATCH = CHUNK // 4  # records handed to the worker to compress at a time
 
 
 class SkeletonWriter:
-    """Accumulates skeleton records and writes them gzip-compressed to ``out``."""
+    """Accumulates skeleton records; ``worker`` compresses them and writes them to ``out``.
 
-    def __init__(self, out: BinaryIO) -> None:
+    Archive bytes go straight into an open ``R`` record whose length is filled in when the next
+    other record starts (or a batch is handed over); nothing is copied twice.
+    """
+
+    def __init__(self, out: BinaryIO, worker: Worker) -> None:
         self._out = out
-        self._z = zlib.compressobj(1, zlib.DEFLATED, 31)
-        self._raw = bytearray()  # archive bytes for the next R record
+        self._worker = worker
+        self._z = zlib.compressobj(1, zlib.DEFLATED, 31)  # used by the worker's thread only
         self._records = bytearray(SKELETON_MAGIC)
+        self._raw_at = -1  # where the open R record's bytes start in _records; -1: none open
 
     def raw(self, data: bytes | memoryview) -> None:
-        self._raw += data
-        if len(self._raw) >= CHUNK:
-            self._flush_raw()
+        records = self._records
+        if self._raw_at < 0:
+            records += b"R\0\0\0\0"
+            self._raw_at = len(records)
+        records += data
+        if len(records) >= _BATCH:
+            self._hand_over()
 
     def file(self, path: bytes, size: int) -> None:
-        self._flush_raw()
-        self._records += b"F" + _F_HEAD.pack(len(path), size) + path
-        self._compress()
+        if self._raw_at >= 0:
+            self._end_raw()
+        records = self._records
+        records += b"F"
+        records += _F_HEAD.pack(len(path), size)
+        records += path
+        if len(records) >= _BATCH:
+            self._hand_over()
 
     def stale(self, path: bytes) -> None:
-        self._flush_raw()
+        if self._raw_at >= 0:
+            self._end_raw()
         self._records += b"X" + _U32.pack(len(path)) + path
 
     def close(self, total: int) -> None:
-        self._flush_raw()
+        """End the skeleton; it is all written once the worker is closed."""
+        if self._raw_at >= 0:
+            self._end_raw()
         self._records += b"E" + _U64.pack(total)
-        self._compress(force=True)
-        write_out(self._out, self._z.flush())
+        self._worker.submit(self._finish, self._records)
+        self._records = bytearray()
 
-    def _flush_raw(self) -> None:
-        if self._raw:
-            self._records += b"R" + _U32.pack(len(self._raw)) + self._raw
-            self._raw.clear()
+    def _end_raw(self) -> None:
+        at = self._raw_at
+        _U32.pack_into(self._records, at - 4, len(self._records) - at)
+        self._raw_at = -1
 
-    def _compress(self, force: bool = False) -> None:
-        if force or len(self._records) >= CHUNK // 4:
-            write_out(self._out, self._z.compress(self._records))
-            self._records.clear()
+    def _hand_over(self) -> None:
+        if self._raw_at >= 0:
+            self._end_raw()
+        self._worker.submit(self._compress, self._records)
+        self._records = bytearray()
 
+    def _compress(self, records: bytearray) -> None:
+        write_out(self._out, self._z.compress(records))
+
+    def _finish(self, records: bytearray) -> None:
+        write_out(self._out, self._z.compress(records) + self._z.flush())
 
 
 _SMALL_FILE = 64 << 10  # payloads up to this size are copied through the write buffer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import hashlib
 import io
@@ -12,6 +13,7 @@ import random
 import stat
 import subprocess
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +386,23 @@ def test_entries_replace_what_is_in_their_way(tmp_path: Path) -> None:
     assert (tmp_path / "d/l").is_dir() and not (tmp_path / "d/l").is_symlink()
     assert (tmp_path / "d/h").read_bytes() == b"orig"  # never written through a hard link
     assert (tmp_path / "d/h2").read_bytes() == b"new"
+
+
+class _FullDisk(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failing_skeleton_write_fails_the_apply(tmp_path: Path) -> None:
+    """The skeleton is compressed and written by a helper thread; its error is not lost."""
+    threads = threading.active_count()
+    data = tar(*(file(f"f{i}", os.urandom(3000)) for i in range(400)))
+    with pytest.raises(OSError, match="No space left"):
+        apply_layer(io.BytesIO(data), tmp_path, _FullDisk())  # type: ignore[arg-type]
+    assert threading.active_count() == threads
 
 
 def test_empty_and_end_only_archives(tmp_path: Path) -> None:
