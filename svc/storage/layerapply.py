@@ -76,10 +76,8 @@ def _clean(raw: bytes) -> bytes:
     name = raw
     while name.startswith(b"./"):
         name = name[2:]
-    if not name.startswith((b"/", b"../")) and b"/./" not in name and b"/../" not in name \
-            and b"//" not in name and not name.endswith((b"/.", b"/..")) \
-            and name not in (b".", b".."):
-        return name.rstrip(b"/")  # the common case: nothing to clean
+    if not name.startswith((b".", b"/")) and b"/." not in name and b"//" not in name:
+        return name.rstrip(b"/")  # the common case: no "", "." or ".." component but a last ""
     parts: list[bytes] = []
     for part in name.split(b"/"):
         if part == b"..":
@@ -108,13 +106,13 @@ class _Applier:
 
     def apply(self, e: Entry) -> None:
         rel = _clean(e.name)
-        base = rel.rpartition(b"/")[2]
+        parent, _, base = rel.rpartition(b"/")
         if base.startswith(WHITEOUT):
             self._whiteout(e, rel, base)
+        elif e.kind == REGULAR and rel:
+            self._regular(e, rel, parent)
         elif not rel and e.kind != DIR:
             raise bad(f'entry "{show(e.name)}" would replace the layer root')
-        elif e.kind == REGULAR:
-            self._regular(e, rel)
         elif e.kind == DIR:
             self._directory(e, rel)
         elif e.kind == SYMLINK:
@@ -193,8 +191,8 @@ class _Applier:
             self._files.discard(name)
             self._skel.stale(name)
 
-    def _regular(self, e: Entry, rel: bytes) -> None:
-        if rel.rpartition(b"/")[0] not in self._dirs:
+    def _regular(self, e: Entry, rel: bytes, parent: bytes) -> None:
+        if parent not in self._dirs:
             self._parents(rel, e.name)
         path = self._root + b"/" + rel
         try:

@@ -214,6 +214,8 @@ class TarReader:
         self._base = 0  # archive offset of self._buf[0]
         self._left = 0  # unread payload of the current entry
         self._pad = 0  # and the padding after it
+        # (mode, uid, gid) by their header bytes: the entries of a layer share a few of them.
+        self._ids: dict[bytes, tuple[int, int, int]] = {}
 
     @property
     def offset(self) -> int:
@@ -226,19 +228,19 @@ class TarReader:
             self._skip(self._left)
             self._left = 0
         pad = self._pad
-        # Fast path: a plain ustar/GNU header of a common type, wholly in the buffer, with a
-        # checksum as every tar writer formats it and plain octal numbers. Anything else, or
-        # anything wrong, is left to the general path, which takes it from the same place.
+        # Fast path: a plain ustar/GNU header of a common type, wholly in the buffer, in ASCII,
+        # with its checksum formatted as every tar writer does and plain octal numbers. Anything
+        # else, or anything wrong, is left to the general path, which reads it from the same place.
         pos = self._pos
         end = pos + pad + BLOCK
         if end <= self._end:
             block = self._buf[end - BLOCK : end]
             kind = block[156:157]
-            if kind in _FAST_KINDS:
+            if kind in _FAST_KINDS and block.isascii():
                 field = block[148:156]
-                # Each half sums to at most 65280 < 65521: Adler-32's low half is its sum + 1.
-                unsigned = ((zlib.adler32(block[:256]) & 0xFFFF)
-                            + (zlib.adler32(block[256:]) & 0xFFFF) + 254 - sum(field))
+                # 512 bytes below 128 sum to at most 65024 < 65521: Adler-32's low half is the
+                # byte sum + 1. The checksum counts its own field as 8 spaces (256).
+                unsigned = (zlib.adler32(block) & 0xFFFF) + 255 - sum(field)
                 if field == b"%06o\0 " % unsigned:
                     entry = self._fast_entry(block, kind)
                     if entry is not None:
@@ -250,25 +252,30 @@ class TarReader:
 
     def _fast_entry(self, block: bytes, kind: bytes) -> Entry | None:
         """``block`` as an entry if every field is plain (the general path agrees), else None."""
+        ids = self._ids.get(block[100:124])
         try:
-            mode = int(block[100:108].rstrip(b"\0 "), 8)
-            uid = int(block[108:116].rstrip(b"\0 "), 8)
-            gid = int(block[116:124].rstrip(b"\0 "), 8)
+            if ids is None:
+                ids = (int(block[100:108].rstrip(b"\0 "), 8) & 0o7777,
+                       int(block[108:116].rstrip(b"\0 "), 8),
+                       int(block[116:124].rstrip(b"\0 "), 8))
+                if not (0 <= ids[1] < _ID_LIMIT and 0 <= ids[2] < _ID_LIMIT):
+                    return None
+                if len(self._ids) < 1024:
+                    self._ids[block[100:124]] = ids
             size = int(block[124:136].rstrip(b"\0 "), 8)
             mtime = int(block[136:148].rstrip(b"\0 "), 8)
         except ValueError:
             return None
         if kind != REGULAR:  # header-only types carry no payload (as Go's archive/tar)
             size = 0
-        if not (0 <= uid < _ID_LIMIT and 0 <= gid < _ID_LIMIT and size >= 0
-                and -(2**63) <= mtime < 2**63):
+        if size < 0 or not -(2**63) <= mtime < 2**63:
             return None
         name = block[0:100].partition(b"\0")[0]
         if block[257:263] == b"ustar\0" and block[345]:  # POSIX prefix (not GNU headers)
             name = block[345:500].partition(b"\0")[0] + b"/" + name
         linkname = block[157:257].partition(b"\0")[0] if block[157] else b""
         self._left, self._pad = size, -size % BLOCK
-        return Entry(name, kind, mode & 0o7777, uid, gid, size, mtime * 1_000_000_000, linkname,
+        return Entry(name, kind, ids[0], ids[1], ids[2], size, mtime * 1_000_000_000, linkname,
                      0, 0, {})
 
     def _next(self, pad: int) -> Entry | None:
