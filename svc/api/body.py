@@ -1,18 +1,21 @@
-"""Request bodies with back-pressure.
+"""Request bodies with back-pressure and without copies.
 
 Quart appends every received chunk to the request body as fast as the socket delivers, so a
 200 MB upload read slower than it arrives would sit in memory. svc's body stops taking chunks
 above ``HIGH_WATER`` until the view has consumed them; hypercorn's bounded app queue then stops
-reading the socket, and the client is slowed down instead of the daemon growing.
+reading the socket, and the client is slowed down instead of the daemon growing. Chunks are
+kept as received and handed out whole (Quart copies each into one growing buffer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import trio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
+from werkzeug.exceptions import RequestEntityTooLarge
 
 HIGH_WATER = 4 << 20
 
@@ -20,17 +23,56 @@ HIGH_WATER = 4 << 20
 class BoundedBody(TrioBody):
     def __init__(self, expected: int | None, max_length: int | None) -> None:
         super().__init__(expected, max_length)
+        self._chunks: list[bytes] = []
+        self._size = 0
         self._room = trio.Event()
         self._room.set()
 
+    def append(self, data: bytes) -> None:
+        if not data or self._must_raise is not None:
+            return
+        self._chunks.append(bytes(data))
+        self._size += len(data)
+        self._has_data.set()
+        if self._max_content_length is not None and self._size > self._max_content_length:
+            self._must_raise = RequestEntityTooLarge()
+            self.set_complete()
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._size = 0
+
+    def _take(self) -> bytes:
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self.clear()
+        return data
+
     async def __anext__(self) -> bytes:
-        data: bytes = await super().__anext__()
+        if self._must_raise is not None:
+            raise self._must_raise
+        if not self._complete.is_set():
+            await self._has_data.wait()
+        if self._complete.is_set() and not self._size:
+            raise StopAsyncIteration()
+        data = self._take()
+        self._has_data.clear()
         self._room.set()
+        return data
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._must_raise is not None:
+            raise self._must_raise
+        yield from self._complete.wait().__await__()
+        if self._must_raise is not None:
+            raise self._must_raise
+        data = self._take()
+        self._chunks.append(data)  # kept: get_data() may be awaited again
+        self._size = len(data)
         return data
 
     async def wait_room(self) -> None:
         """Called by the receiver after each append: wait while the buffer is full."""
-        while len(self._data) >= HIGH_WATER and not self._complete.is_set():
+        while self._size >= HIGH_WATER and not self._complete.is_set():
             self._room = trio.Event()
             await self._room.wait()
 

@@ -26,7 +26,9 @@ from svc.engine.images import Image, ImageService
 from svc.engine.streams import ThreadReader
 from svc.errors import InvalidParameter
 from svc.registry import reference
+from svc.storage.compression import open_decompressed
 from svc.storage.layers import LayerStore, StagedLayer
+from svc.storage.outertar import OuterTar
 
 MAX_META = 16 << 20  # json files larger than this are not image metadata
 MAX_META_TOTAL = 64 << 20  # all metadata of one archive together
@@ -70,29 +72,25 @@ def read_archive(source: BinaryIO, layers: LayerStore) -> Archive:
     """Stream the outer tar: unpack each layer.tar into a staged layer, keep small metadata."""
     arc = Archive()
     try:
-        with tarfile.open(fileobj=source, mode="r|*", bufsize=1 << 20) as tar:
-            for m in tar:
-                name = _clean(m.name)
-                if name.endswith("layer.tar") or name.endswith(".tar.gz"):
-                    if m.isfile():
-                        f = tar.extractfile(m)
-                        assert f is not None
-                        arc.layers[name] = layers.stage(f)  # type: ignore[arg-type,unused-ignore]
-                    elif m.issym():
-                        arc.links[name] = _clean(posixpath.join(posixpath.dirname(name),
-                                                                m.linkname))
-                    elif m.islnk():
-                        arc.links[name] = _clean(m.linkname)
-                elif m.isfile() and m.size <= MAX_META and (
-                        name in META_NAMES or name.endswith((".json", "/json"))):
-                    arc.meta_bytes += m.size
-                    if arc.meta_bytes > MAX_META_TOTAL:
-                        raise InvalidParameter("invalid image archive: more than 64 MiB of "
-                                               "metadata")
-                    f = tar.extractfile(m)
-                    assert f is not None
-                    arc.files[name] = f.read()
-    except tarfile.TarError as exc:
+        # docker load accepts compressed archives too: sniffed, never trusted from headers
+        for m, body in OuterTar(open_decompressed(source)).members():
+            name = _clean(m.name)
+            if name.endswith("layer.tar") or name.endswith(".tar.gz"):
+                if m.isfile():
+                    arc.layers[name] = layers.stage(body)  # type: ignore[arg-type,unused-ignore]
+                elif m.issym():
+                    arc.links[name] = _clean(posixpath.join(posixpath.dirname(name),
+                                                            m.linkname))
+                elif m.islnk():
+                    arc.links[name] = _clean(m.linkname)
+            elif m.isfile() and m.size <= MAX_META and (
+                    name in META_NAMES or name.endswith((".json", "/json"))):
+                arc.meta_bytes += m.size
+                if arc.meta_bytes > MAX_META_TOTAL:
+                    raise InvalidParameter("invalid image archive: more than 64 MiB of "
+                                           "metadata")
+                arc.files[name] = body.readall()
+    except (tarfile.TarError, ValueError, UnicodeDecodeError) as exc:
         discard(arc, layers)
         raise InvalidParameter(f"invalid image archive: {exc}") from None
     except BaseException:

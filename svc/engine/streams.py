@@ -60,10 +60,25 @@ class ThreadReader(io.RawIOBase):
         if self._pos >= len(self._buf) and not self._fill():
             return 0
         n = min(len(b), len(self._buf) - self._pos)
-        b[:n] = self._buf[self._pos : self._pos + n]
+        with memoryview(self._buf) as view:
+            b[:n] = view[self._pos : self._pos + n]
         self._pos += n
         self.consumed += n
         return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Whole received chunks are handed out as they are (no copy)."""
+        if size is None or size < 0:
+            return self.readall() or b""
+        if self._pos >= len(self._buf) and not self._fill():
+            return b""
+        if self._pos == 0 and len(self._buf) <= size:
+            data = self._buf
+        else:
+            data = self._buf[self._pos : self._pos + size]
+        self._pos += len(data)
+        self.consumed += len(data)
+        return data
 
     def drain(self) -> None:
         """Read to the end (so the client's request is fully consumed)."""
@@ -84,11 +99,16 @@ class ThreadWriter(io.RawIOBase):
         return True
 
     def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        n = len(b)
+        self.written += n
+        if n >= CHUNK // 4:  # big enough to travel alone: a bytes object is not copied
+            self.flush()
+            trio.from_thread.run(self._send.send, b if isinstance(b, bytes) else bytes(b))
+            return n
         self._buf += b
-        self.written += len(b)
         if len(self._buf) >= CHUNK:
             self.flush()
-        return len(b)
+        return n
 
     def flush(self) -> None:
         if self._buf:
