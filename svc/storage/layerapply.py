@@ -71,12 +71,13 @@ class ApplyResult:
 
 def _clean(raw: bytes) -> bytes:
     """The entry name relative to the layer root; a leading ``/`` is dropped (as moby does)."""
-    if b"\0" in raw:
+    # (count, not "in": "x in bytes" first tries x as an int, and builds and drops a TypeError)
+    if raw.count(b"\0"):
         raise bad(f'entry "{show(raw)}" has a NUL byte in its name')
     name = raw
     while name.startswith(b"./"):
         name = name[2:]
-    if not name.startswith((b".", b"/")) and b"/." not in name and b"//" not in name:
+    if not name.startswith((b".", b"/")) and not name.count(b"/.") and not name.count(b"//"):
         return name.rstrip(b"/")  # the common case: no "", "." or ".." component but a last ""
     parts: list[bytes] = []
     for part in name.split(b"/"):
@@ -94,6 +95,7 @@ class _Applier:
 
     def __init__(self, dest: Path, reader: TarReader, skeleton: SkeletonWriter) -> None:
         self._root = os.fsencode(dest)
+        self._root_slash = self._root + b"/"
         self._reader = reader
         self._skel = skeleton
         self._dirs: set[bytes] = {b""}  # paths known to be real directories (not symlinks)
@@ -194,26 +196,28 @@ class _Applier:
     def _regular(self, e: Entry, rel: bytes, parent: bytes) -> None:
         if parent not in self._dirs:
             self._parents(rel, e.name)
-        path = self._root + b"/" + rel
+        path = self._root_slash + rel
         try:
             fd = os.open(path, _CREATE, 0o600)
         except FileExistsError:  # never truncate in place: it may be a hard link
             self._remove(rel)
             fd = os.open(path, _CREATE, 0o600)
+        size = e.size
         try:
-            self._skel.file(rel, e.size)
-            if e.size:
+            self._skel.file(rel, size)
+            if size:
                 self._reader.copy_payload(fd)
             # Owner, then mode (chown clears setuid), then xattrs (chown drops capabilities).
             os.fchown(fd, e.uid, e.gid)
             os.fchmod(fd, e.mode)
             if e.xattrs:
                 _set_xattrs(e, fd)
-            os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
+            mtime = e.mtime_ns
+            os.utime(fd, ns=(mtime, mtime))
         finally:
             os.close(fd)
         self._files.add(rel)
-        self.size += e.size
+        self.size += size
 
     def _directory(self, e: Entry, rel: bytes) -> None:
         self._parents(rel, e.name)

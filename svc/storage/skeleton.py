@@ -31,6 +31,7 @@ from svc.storage.tarformat import CHUNK, Worker, show, write_all, write_out
 
 SKELETON_MAGIC = b"svc-tar-skeleton 1\n"
 _U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")
+_F_RECORD = struct.Struct(">cIQ")  # tag and _F_HEAD
 _BATCH = CHUNK // 4  # records handed to the worker to compress at a time
 
 
@@ -58,11 +59,11 @@ class SkeletonWriter:
             self._hand_over()
 
     def file(self, path: bytes, size: int) -> None:
-        if self._raw_at >= 0:
-            self._end_raw()
         records = self._records
-        records += b"F"
-        records += _F_HEAD.pack(len(path), size)
+        if (at := self._raw_at) >= 0:  # end the open R record (as _end_raw)
+            _U32.pack_into(records, at - 4, len(records) - at)
+            self._raw_at = -1
+        records += _F_RECORD.pack(b"F", len(path), size)
         records += path
         if len(records) >= _BATCH:
             self._hand_over()

@@ -324,6 +324,11 @@ class TarReader:
     def copy_payload(self, fd: int) -> None:
         """Write the current entry's payload to ``fd`` (not recorded: the skeleton names it)."""
         n, self._left = self._left, 0
+        pos = self._pos
+        if n <= self._end - pos:  # the common case: all of it is buffered
+            written = os.write(fd, self._view[pos : pos + n])
+            self._pos = pos + written
+            n -= written
         while n:
             pos = self._pos
             if pos == self._end:
