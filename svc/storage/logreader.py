@@ -1,0 +1,675 @@
+"""Reading json-file logs back for ``docker logs``: tail, since, follow and stdcopy framing.
+
+Files are read oldest first (``path.N`` ... ``path.1``, then ``path``; ``path.N.gz`` when
+compressed, the plain name winning if a crash left both), in 256 KiB blocks of whole lines. A torn
+last line (a crash mid-write) is not a line yet and is left alone; lines that do not parse are
+skipped.
+
+The speed comes from the writer's fixed record shape: when every line of a block has it (no
+escapes but the final ``\\n``, nine-digit timestamps), the fields are sliced at fixed offsets by C
+code, and :func:`read_framed` turns a block into one bytes object of stdcopy frames without a
+Python-level step per record. Other blocks (escaped text, dockerd's own files, damage) go line
+by line through a regex and ``json.loads``.
+
+As in dockerd, ``tail`` counts lines of both streams before ``stdout``/``stderr`` filter them,
+and ``since`` is applied per record after ``tail`` (whole files older than it are skipped, a
+gzipped one by its ``lastTime`` header). The files are opened as one consistent set before
+reading, so a rotation meanwhile neither skips a file nor reads one twice.
+
+:func:`read_logs` and :func:`read_framed` block (call them from a worker thread); :func:`follow`
+and :func:`follow_framed` are async and do their reads in worker threads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import os
+import re
+import struct
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from contextlib import aclosing
+from datetime import UTC, datetime
+from functools import partial
+from itertools import compress, repeat
+from operator import add, and_, eq, ge, itemgetter
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+import trio
+
+from svc.storage.jsonlog import MAX_LINE, format_time
+from svc.wire.stdcopy import STDERR, STDOUT
+from svc.wire.timefmt import parse_timestamp_ns
+
+log = logging.getLogger("svc.logreader")
+
+BLOCK = 1 << 18  # measured: 256 KiB blocks stay in cache; 1 MiB ones run slower
+POLL_INTERVAL = 0.05
+_HDR = struct.Struct(">BxxxL")
+_NAMES = ("", "stdout", "stderr")
+T = TypeVar("T")
+_File = gzip.GzipFile | io.FileIO
+
+
+class LogRecord(NamedTuple):
+    stream: str  # "stdout" or "stderr"
+    data: bytes  # the text as the container wrote it, with its "\n" unless partial
+    time_ns: int
+
+
+# The writer's exact line is {"log":"<X>\n","stream":"stdxxx","time":"<30 chars>"}. Split at
+# '"}\n{"log":"', a block becomes pieces <X>\n","stream":"stdxxx","time":"<time>, whose fields
+# sit at fixed offsets from the end.
+_SEPARATOR = b'"}\n{"log":"'
+_NOT_QUOTES = bytes(c for c in range(256) if c not in b'"\\\n')
+_SHAPE = b'"""\\"""""""""\n'  # quotes, backslash and newline of one exact line, in order
+_TEXT = itemgetter(slice(None, -60))
+_MARK = itemgetter(-60)  # the backslash of the final \n
+_STREAM_CHAR = itemgetter(-43)  # 'o' of stdout, 'e' of stderr
+_CODE_OF = bytes(STDOUT if c == ord("o") else STDERR if c == ord("e") else 0 for c in range(256))
+_STAMP = itemgetter(slice(-30, None))
+_SECOND = itemgetter(slice(-30, -11))
+_NANOS = itemgetter(slice(-10, -1))
+_LINE_RE = re.compile(
+    rb'\{"log":"([^"\\]*(?:\\.[^"\\]*)*)","stream":"(stdout|stderr)","time":"([^"]*)"\}'
+)
+_SECOND_RE = re.compile(rb"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
+
+
+class _Seconds(dict[bytes, int]):
+    """``YYYY-MM-DDTHH:MM:SS`` -> Unix ns, computed once per distinct second."""
+
+    def __missing__(self, key: bytes) -> int:
+        m = _SECOND_RE.fullmatch(key)
+        if not m:
+            raise ValueError(f"bad time {key!r}")
+        if len(self) > 100_000:
+            self.clear()
+        y, mo, d, h, mi, sec = map(int, m.groups())
+        value = int(datetime(y, mo, d, h, mi, sec, tzinfo=UTC).timestamp()) * 1_000_000_000
+        self[key] = value
+        return value
+
+
+class _Heads(dict[int, bytes]):
+    """Frame headers by payload size, each after ``lead``; sizes are bounded by 16 KiB lines."""
+
+    def __init__(self, code: int, lead: bytes, extra: int) -> None:
+        super().__init__()
+        self.code, self.lead, self.extra = code, lead, extra
+
+    def __missing__(self, size: int) -> bytes:
+        head = self.lead + _HDR.pack(self.code, size + self.extra)
+        if size <= 4 * MAX_LINE:  # larger ones come only from other writers' files
+            self[size] = head
+        return head
+
+
+_SECONDS = _Seconds()
+_HEADS = {(c, nl, ts): _Heads(c, nl, len(nl) + ts)
+          for c in (STDOUT, STDERR) for nl in (b"", b"\n") for ts in (0, 31)}
+
+
+def _time_ns(t: bytes) -> int:
+    if len(t) == 30 and t[19] == 0x2E and t[29] == 0x5A:
+        return _SECONDS[t[:19]] + int(t[20:29])
+    return parse_timestamp_ns(t.decode())
+
+
+class _Block(NamedTuple):
+    """A block's records as columns; a payload is ``data`` plus a newline if ``newline``."""
+
+    codes: list[int]  # STDOUT / STDERR
+    datas: list[bytes]
+    newline: bool  # the fast path slices the text off before its escaped \n
+    times: list[int] | None
+    stamps: list[bytes] | None  # nine-digit RFC 3339, for timestamps=True
+
+
+def _exact_pieces(block: bytes) -> list[bytes] | None:
+    """The pieces of ``block`` if every line has the writer's exact shape, else None.
+
+    The quotes, backslashes and newlines of the block, in order, must be those of n exact
+    lines, so no text or time holds a quote or an escape; the separator must then occur
+    between every two lines, and each piece's one backslash sit 60 bytes from its end (which
+    rules out times of other lengths, such as dockerd's trimmed ones).
+    """
+    shape = block.translate(None, _NOT_QUOTES)
+    n = len(shape) // len(_SHAPE)
+    if not n or shape != _SHAPE * n or not block.startswith(b'{"log":"'):
+        return None
+    pieces = block.split(_SEPARATOR)
+    if len(pieces) != n or not block.endswith(b'"}\n'):
+        return None
+    pieces[0] = pieces[0][8:]
+    pieces[-1] = pieces[-1][:-3]  # the same piece when n == 1
+    return pieces if set(map(_MARK, pieces)) == {0x5C} else None
+
+
+def _parse(block: bytes, *, times: bool, stamps: bool) -> _Block:
+    try:
+        pieces = _exact_pieces(block)
+        if pieces is not None:
+            t = None
+            if times:  # a time of another shape fails in _SECONDS or int()
+                t = list(map(add, map(_SECONDS.__getitem__, map(_SECOND, pieces)),
+                             map(int, map(_NANOS, pieces))))
+            chars = set(map(_STREAM_CHAR, pieces))
+            if len(chars) == 1:
+                codes = [_CODE_OF[chars.pop()]] * len(pieces)
+            else:
+                codes = list(map(_CODE_OF.__getitem__, map(_STREAM_CHAR, pieces)))
+            if 0 not in codes:
+                st = list(map(_STAMP, pieces)) if stamps else None
+                return _Block(codes, list(map(_TEXT, pieces)), True, t, st)
+    except (ValueError, IndexError):
+        pass  # a short line or a bad time: the slow path drops just that line
+    return _parse_slow(block, stamps)
+
+
+def _parse_slow(block: bytes, stamps: bool) -> _Block:
+    codes: list[int] = []
+    datas: list[bytes] = []
+    times: list[int] = []
+    for line in block.split(b"\n")[:-1]:
+        rec = _parse_line(line)
+        if rec is None:
+            log.debug("skipped a damaged log line: %.100r", line)
+        else:
+            codes.append(rec[0])
+            datas.append(rec[1])
+            times.append(rec[2])
+    st = [format_time(t).encode() for t in times] if stamps else None
+    return _Block(codes, datas, False, times, st)
+
+
+def _parse_line(line: bytes) -> tuple[int, bytes, int] | None:
+    """One line as (stream code, data, time), or None if it is not a log record."""
+    try:
+        m = _LINE_RE.fullmatch(line)
+        if m:
+            text, stream, when = m.groups()
+            data = _unescape(text) if b"\\" in text else text
+        else:  # another writer's layout (dockerd's "attrs", other key orders)
+            obj = json.loads(line)
+            if not isinstance(obj, dict) or not isinstance(obj.get("log"), str):
+                return None
+            stream, when = str(obj.get("stream")).encode(), str(obj.get("time")).encode()
+            data = _encode(obj["log"])
+        if stream not in (b"stdout", b"stderr"):
+            return None
+        return (STDOUT if stream == b"stdout" else STDERR), data, _time_ns(when)
+    except (ValueError, UnicodeError):
+        return None
+
+
+def _unescape(text: bytes) -> bytes:
+    return _encode(json.loads(b'"' + text + b'"'))
+
+
+def _encode(s: str) -> bytes:
+    try:
+        return s.encode()
+    except UnicodeEncodeError:  # a lone surrogate escape: Go decodes it as U+FFFD
+        return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+
+
+def _select(b: _Block, want: int, since_ns: int) -> _Block:
+    """Keep the records of the wanted streams (bit 1 stdout, bit 2 stderr) at or after since."""
+    keep: list[bool] | None = None
+    if want != STDOUT | STDERR and b.codes.count(want) != len(b.codes):
+        keep = list(map(eq, b.codes, repeat(want)))
+    if since_ns > 0 and b.times is not None and min(b.times, default=since_ns) < since_ns:
+        late = list(map(ge, b.times, repeat(since_ns)))
+        keep = late if keep is None else list(map(and_, keep, late))
+    if keep is None:
+        return b
+
+    def pick(col: list[T] | None) -> list[T] | None:
+        return None if col is None else list(compress(col, keep))
+
+    return _Block(list(compress(b.codes, keep)), list(compress(b.datas, keep)), b.newline,
+                  pick(b.times), pick(b.stamps))
+
+
+def _records(b: _Block) -> list[LogRecord]:
+    assert b.times is not None
+    datas = map(add, b.datas, repeat(b"\n")) if b.newline else b.datas
+    rows = zip(map(_NAMES.__getitem__, b.codes), datas, b.times, strict=False)
+    return list(map(tuple.__new__, repeat(LogRecord), rows))
+
+
+def _frames(b: _Block) -> bytes:
+    """One stdcopy frame per record, concatenated: ``[type 0 0 0 len32] [stamp ' '] payload``.
+
+    A fast-path payload's newline is carried by the next frame's cached header ("\\n" + header),
+    so that joining takes two or four parts per record and no payload is copied twice.
+    """
+    n = len(b.datas)
+    if not n:
+        return b""
+    nl = b"\n" if b.newline else b""
+    ts = 0 if b.stamps is None else 31
+    if b.codes.count(b.codes[0]) == n:
+        heads = list(map(_HEADS[b.codes[0], nl, ts].__getitem__, map(len, b.datas)))
+    else:
+        tables = [_HEADS[STDOUT, nl, ts], _HEADS[STDOUT, nl, ts], _HEADS[STDERR, nl, ts]]
+        heads = list(map(_Heads.__getitem__, map(tables.__getitem__, b.codes), map(len, b.datas)))
+    heads[0] = heads[0][len(nl) :]
+    step = 2 if b.stamps is None else 4
+    parts = [b" "] * (step * n + 1)
+    parts[0:-1:step] = heads
+    parts[step - 1 :: step] = b.datas
+    if b.stamps is not None:
+        parts[1::step] = b.stamps
+    parts[-1] = nl
+    return b"".join(parts)
+
+
+def _to_records(want: int, since_ns: int, block: bytes) -> list[LogRecord]:
+    return _records(_select(_parse(block, times=True, stamps=False), want, since_ns))
+
+
+def _to_frames(want: int, since_ns: int, stamps: bool, block: bytes) -> bytes:
+    return _frames(_select(_parse(block, times=since_ns > 0, stamps=stamps), want, since_ns))
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+class _LogFile(NamedTuple):
+    raw: io.FileIO  # open, so that rotation cannot swap it for another file
+    gz: bool
+    path: Path  # its name when opened
+
+    def reader(self) -> _File:
+        """A reader from the start of the (decompressed) contents."""
+        self.raw.seek(0)
+        return gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gz else self.raw
+
+
+def _listing(path: Path) -> list[tuple[Path, bool, int]]:
+    """``(file, gzipped, inode)`` of the log's files, oldest first, the live one last."""
+    pattern = re.compile(re.escape(path.name) + r"\.(\d+)(\.gz)?")
+    rotated: dict[int, tuple[Path, bool, int]] = {}
+    live: list[tuple[Path, bool, int]] = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except FileNotFoundError:
+        return []
+    for e in entries:
+        if e.name == path.name:
+            live = [(path, False, e.inode())]
+        elif (m := pattern.fullmatch(e.name)) and (int(m[1]) not in rotated or not m[2]):
+            rotated[int(m[1])] = (Path(e.path), bool(m[2]), e.inode())  # plain beats .gz
+    return [rotated[i] for i in sorted(rotated, reverse=True)] + live
+
+
+def log_files(path: Path) -> list[tuple[Path, bool]]:
+    """The log's files, oldest first, as ``(path, gzipped)``; the live file last if present."""
+    return [(p, gz) for p, gz, _ in _listing(path)]
+
+
+def _open_all(path: Path) -> list[_LogFile]:
+    """Open the log's files as one consistent set, oldest first.
+
+    Listing then opening races with rotation, so the directory is listed again once all are
+    open: if a name now holds another inode, everything is closed and tried again.
+    """
+    for _ in range(100):
+        listed, raws = _listing(path), list[io.FileIO]()
+        try:
+            for p, _, _ in listed:
+                raws.append(open(p, "rb", buffering=0))  # noqa: SIM115
+            if _listing(path) == listed and all(
+                os.fstat(r.fileno()).st_ino == i for r, (_, _, i) in zip(raws, listed, strict=True)
+            ):
+                return [_LogFile(r, gz, p) for r, (p, gz, _) in zip(raws, listed, strict=True)]
+        except FileNotFoundError:
+            pass
+        for r in raws:
+            r.close()
+    raise OSError(f"{path}: the log files kept rotating while being opened")
+
+
+def _blocks(f: _File, skip_lines: int = 0) -> Iterator[bytes]:
+    """Whole lines from ``f``'s position in blocks of about ``BLOCK`` bytes."""
+    carry = b""
+    while chunk := f.read(BLOCK):
+        chunk = carry + chunk if carry else chunk
+        cut = chunk.rfind(b"\n") + 1
+        block, carry = (chunk, b"") if cut == len(chunk) else (chunk[:cut], chunk[cut:])
+        if skip_lines and block:
+            n = block.count(b"\n")
+            block = b"" if n <= skip_lines else block.split(b"\n", skip_lines)[-1]
+            skip_lines = max(0, skip_lines - n)
+        if block:
+            yield block
+
+
+def _read_plan(plan: list[tuple[_LogFile, int, int]]) -> Generator[bytes, None, None]:
+    for lf, offset, skip in plan:
+        try:
+            f = lf.reader()
+            f.seek(offset)
+            yield from _blocks(f, skip)
+        except (OSError, EOFError, zlib.error) as exc:
+            log.warning("log file %s is damaged: %s", lf.path, exc)
+
+
+def _tail_start(lf: _LogFile, need: int) -> tuple[int, int, int]:
+    """Where the last ``need`` lines of a file begin: ``(offset, skip_lines, lines_found)``.
+
+    A plain file is read backwards from its last newline; ``need`` 0 gives the end of its
+    whole lines. A gzipped one is counted through (it cannot be read backwards).
+    """
+    if lf.gz:
+        total = sum(block.count(b"\n") for block in _blocks(lf.reader()))
+        return 0, max(0, total - need), min(total, need)
+    f = lf.raw
+    pos, seen = f.seek(0, os.SEEK_END), 0
+    while pos > 0:
+        start = max(0, pos - BLOCK)
+        f.seek(start)
+        buf = f.read(pos - start)
+        if seen + buf.count(b"\n") > need:  # the (need+1)-th newline from the end is here
+            i = len(buf)
+            while seen <= need:
+                i = buf.rfind(b"\n", 0, i)
+                seen += 1
+            return start + i + 1, 0, need
+        seen += buf.count(b"\n")
+        pos = start
+    return 0, 0, seen
+
+
+def _last_time_ns(lf: _LogFile) -> int | None:
+    """The time of a file's last record (gzip: moby's ``lastTime`` header), if readable."""
+    fd = lf.raw.fileno()
+    if lf.gz:
+        head = os.pread(fd, 12, 0)
+        if len(head) < 12 or head[:3] != b"\x1f\x8b\x08" or not head[3] & 4:
+            return None
+        meta = json.loads(os.pread(fd, int.from_bytes(head[10:12], "little"), 12))
+        return parse_timestamp_ns(meta["lastTime"])
+    size = os.fstat(fd).st_size
+    lines = os.pread(fd, min(size, 65536), max(0, size - 65536)).split(b"\n")[:-1]
+    rec = _parse_line(lines[-1]) if lines else None
+    return None if rec is None else rec[2]
+
+
+def _plan(
+    files: list[_LogFile], tail: int | None, since_ns: int
+) -> list[tuple[_LogFile, int, int]]:
+    """``(file, offset, skip_lines)`` to read, oldest first."""
+    plan = [(lf, 0, 0) for lf in files]
+    if tail is not None and tail >= 0:
+        plan, need = [], tail
+        for lf in reversed(files):
+            if need <= 0:
+                break
+            try:
+                offset, skip, found = _tail_start(lf, need)
+            except (OSError, EOFError, zlib.error):
+                continue
+            plan.insert(0, (lf, offset, skip))
+            need -= found
+    if since_ns > 0:
+        kept = []
+        for entry in plan:
+            try:
+                last = _last_time_ns(entry[0])
+            except (OSError, ValueError, KeyError, TypeError):
+                last = None
+            if last is None or last >= since_ns:
+                kept.append(entry)
+        plan = kept
+    return plan
+
+
+def _read(path: Path, tail: int | None, since_ns: int) -> Generator[bytes, None, None]:
+    files = _open_all(path)
+    try:
+        yield from _read_plan(_plan(files, tail, since_ns))
+    finally:
+        for lf in files:
+            lf.raw.close()
+
+
+def _want(stdout: bool, stderr: bool) -> int:
+    return (STDOUT if stdout else 0) | (STDERR if stderr else 0)
+
+
+def read_logs(
+    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None
+) -> Iterator[LogRecord]:
+    """The log's records, oldest first.
+
+    Args:
+        path: the live log file (rotated siblings are found next to it).
+        stdout, stderr: which streams to return.
+        since_ns: skip records stamped before this Unix time in ns (0: no limit).
+        tail: only the last ``tail`` lines, counted over both streams as dockerd does
+            (``None`` or negative: all).
+
+    The files stay open until the iterator is exhausted or closed. About 0.5-1 M records/s;
+    use :func:`read_framed` to stream them to a client.
+    """
+    want = _want(stdout, stderr)
+    if want and tail != 0:
+        for block in _read(path, tail, since_ns):
+            yield from _to_records(want, since_ns, block)
+
+
+def read_framed(
+    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
+    timestamps: bool = False,
+) -> Iterator[bytes]:
+    """Like :func:`read_logs`, as ready-made stdcopy frames, about 150 KiB per chunk.
+
+    One frame per record, as dockerd sends them; with ``timestamps`` each payload starts with
+    the record's nine-digit RFC 3339 time and a space (``docker logs -t``).
+    """
+    want = _want(stdout, stderr)
+    if want and tail != 0:
+        for block in _read(path, tail, since_ns):
+            if chunk := _to_frames(want, since_ns, timestamps, block):
+                yield chunk
+
+
+# -- follow --------------------------------------------------------------------------------------
+
+
+def _read_live(f: _File, pos: int, convert: Callable[[bytes], T]) -> tuple[T | None, int]:
+    """Convert the whole lines after ``pos`` (about ``BLOCK`` bytes); return the new pos.
+
+    A record still being written is not a line yet: it is read again on the next call.
+    """
+    f.seek(pos)
+    data = f.read(BLOCK)
+    cut = data.rfind(b"\n") + 1
+    if not cut and len(data) == BLOCK:  # one absurdly long line: take it whole
+        data += f.read()
+        cut = data.rfind(b"\n") + 1
+    return (convert(data[:cut]) if cut else None), pos + cut
+
+
+def _next(it: Iterator[T]) -> T | None:
+    return next(it, None)
+
+
+def _successors(path: Path, ino: int) -> tuple[io.FileIO, list[io.FileIO]] | None:
+    """After a rotation: the new live file, and the rotated files between it and ``ino``.
+
+    More than one rotation may have happened since the last poll. The live file is opened
+    first and each rotated one as it is looked at, so a rotation meanwhile cannot swap a file
+    for another; only plain files are chained by inode (a gzipped one is a new inode).
+    """
+    try:
+        live = open(path, "rb", buffering=0)  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    live_ino = os.fstat(live.fileno()).st_ino
+    between: list[io.FileIO] = []
+    for i in range(1, 1000):
+        try:
+            g = open(path.with_name(f"{path.name}.{i}"), "rb", buffering=0)  # noqa: SIM115
+        except FileNotFoundError:
+            break
+        g_ino = os.fstat(g.fileno()).st_ino
+        if g_ino == ino:
+            g.close()
+            return live, between[::-1]
+        if g_ino == live_ino:  # rotated since it was opened: it is read as the live file
+            g.close()
+        else:
+            between.append(g)
+    for g in between:
+        g.close()
+    return live, []
+
+
+def _read_files(files: list[io.FileIO]) -> Generator[bytes, None, None]:
+    try:
+        for g in files:
+            yield from _blocks(g)
+    finally:
+        for g in files:
+            g.close()
+
+
+async def _convert_blocks(
+    blocks: Generator[bytes, None, None], convert: Callable[[bytes], T]
+) -> AsyncGenerator[T, None]:
+    """Convert blocks one by one, each read and converted in a worker thread."""
+    try:
+        converted = map(convert, blocks)
+        while (item := await trio.to_thread.run_sync(_next, converted)) is not None:
+            yield item
+    finally:
+        blocks.close()
+
+
+async def _follow(
+    path: Path, convert: Callable[[bytes], T], *, tail: int | None, since_ns: int,
+    stop: trio.Event | None, poll: float,
+) -> AsyncGenerator[T, None]:
+    async def wait() -> None:
+        if stop is None:
+            await trio.sleep(poll)
+            return
+        with trio.move_on_after(poll):
+            await stop.wait()
+
+    run = trio.to_thread.run_sync
+    if not await run(path.exists):
+        tail = None  # everything the container writes from now on is new
+    while not (files := await run(_open_all, path)) or files[-1].path != path:
+        for lf in files:  # the live file appears when the container first starts
+            lf.raw.close()
+        if stop is not None and stop.is_set():
+            return
+        await wait()
+    f = files[-1].raw
+    try:
+        try:
+            plan = await run(_plan, files, tail, since_ns)
+            rotated = _read_plan([e for e in plan if e[0].raw is not f])
+            async with aclosing(_convert_blocks(rotated, convert)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            for lf in files[:-1]:
+                lf.raw.close()
+        live = [e[1] for e in plan if e[0].raw is f]
+        pos = live[0] if live else (await run(_tail_start, files[-1], 0))[0]
+        ino = os.fstat(f.fileno()).st_ino
+        while True:
+            final = stop is not None and stop.is_set()
+            got, pos = await run(_read_live, f, pos, convert)
+            if got is not None:
+                yield got
+                continue  # more may be waiting: poll again only once caught up
+            try:
+                st: os.stat_result | None = await run(os.stat, path)
+            except FileNotFoundError:
+                st = None  # mid-rotation: the new file is not there yet
+            if st is not None and st.st_ino != ino:  # rotated: finish the old file first
+                while (step := await run(_read_live, f, pos, convert))[0] is not None:
+                    pos = step[1]
+                    yield step[0]
+                if (found := await run(_successors, path, ino)) is None:
+                    await wait()  # the new file is not there yet
+                    continue
+                f.close()
+                f, between = found
+                ino, pos = os.fstat(f.fileno()).st_ino, 0
+                try:
+                    async with aclosing(_convert_blocks(_read_files(between), convert)) as items:
+                        async for item in items:
+                            yield item
+                finally:
+                    for g in between:  # also if cancelled before the generator started
+                        g.close()
+            elif st is not None and st.st_size < pos:  # truncated in place (max-file 1)
+                pos = 0
+            elif final:
+                return
+            else:
+                await wait()
+    finally:
+        f.close()
+
+
+async def follow(
+    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
+    stop: trio.Event | None = None, poll_interval: float = POLL_INTERVAL,
+) -> AsyncIterator[LogRecord]:
+    """Yield the existing records (as :func:`read_logs`), then new ones as they are written.
+
+    The live file is polled every ``poll_interval`` seconds. On rotation the old file is read
+    to its end through the descriptor already open (even if it was compressed and removed
+    meanwhile), then the plain rotated files newer than it, then the new file. Limits, as
+    with dockerd: a gzipped file cannot be chained by inode, so with ``compress`` the records
+    of a file rotated out again before the next poll are missed; and a file truncated in
+    place (``max-file`` 1) is read again from its start, so records written between the last
+    poll and the truncation are lost.
+
+    Args:
+        stop: once set (the container stopped and its writer was closed), whatever was
+            written is drained and the iteration ends. Without it, it ends only when cancelled.
+
+    Cancellation: each read runs in a worker thread and finishes before the cancellation is
+    delivered; the open files are closed when the generator is. A caller that may stop
+    iterating early should wrap it in ``contextlib.aclosing`` so that happens at once.
+    """
+    want = _want(stdout, stderr)
+    if not want:
+        return
+    convert = partial(_to_records, want, since_ns)
+    batches = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval)
+    async with aclosing(batches):
+        async for batch in batches:
+            for rec in batch:
+                yield rec
+
+
+async def follow_framed(
+    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
+    timestamps: bool = False, stop: trio.Event | None = None,
+    poll_interval: float = POLL_INTERVAL,
+) -> AsyncIterator[bytes]:
+    """:func:`follow` as stdcopy frames in chunks, like :func:`read_framed`."""
+    want = _want(stdout, stderr)
+    if not want:
+        return
+    convert = partial(_to_frames, want, since_ns, timestamps)
+    chunks = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if chunk:
+                yield chunk
