@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from svc.errors import InvalidParameter
+from svc.storage.layerworker import Hasher, Worker
 from svc.storage.skeleton import SkeletonWriter
 from svc.storage.tarformat import (
     BLOCKDEV,
@@ -47,9 +48,7 @@ from svc.storage.tarformat import (
     WHITEOUT_META,
     WHITEOUT_OPAQUE,
     Entry,
-    Hasher,
     TarReader,
-    Worker,
     bad,
     show,
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from svc.errors import SystemError_
+from svc.storage.layerworker import Hasher, Worker
 from svc.storage.tarformat import (
     BLOCK,
     BLOCKDEV,
@@ -25,8 +26,6 @@ from svc.storage.tarformat import (
     SYMLINK,
     WHITEOUT,
     WHITEOUT_OPAQUE,
-    Hasher,
-    Worker,
     padding,
     show,
     write_out,

@@ -27,7 +27,8 @@ from typing import BinaryIO
 
 from svc.errors import InvalidParameter, SystemError_
 from svc.storage.compression import open_decompressed
-from svc.storage.tarformat import CHUNK, Worker, show, write_all, write_out
+from svc.storage.layerworker import Worker
+from svc.storage.tarformat import CHUNK, show, write_all, write_out
 
 SKELETON_MAGIC = b"svc-tar-skeleton 1\n"
 _U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")

@@ -7,26 +7,23 @@ What ``TarReader`` accepts (as Go's ``archive/tar`` does, unless noted):
   labels and other types are refused. The first zero block ends the archive (everything after
   it is kept for the diff id); EOF right after an entry is accepted, anywhere else it is not.
 
-Every byte ``TarReader`` reads is hashed (``Hasher``, in a ``Worker`` thread), and whatever is
-not regular-file payload is recorded in the skeleton (``svc.storage.skeleton``). Also here: the
+Every byte ``TarReader`` reads is hashed (``svc.storage.layerworker``), and whatever is not
+regular-file payload is recorded in the skeleton (``svc.storage.skeleton``). Also here: the
 constants and small helpers the apply, produce and rebuild modules share.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import queue
 import struct
-import threading
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO
 
 from svc.errors import InvalidParameter, SystemError_
 
 if TYPE_CHECKING:
+    from svc.storage.layerworker import Hasher
     from svc.storage.skeleton import SkeletonWriter
 
 BLOCK = 512
@@ -44,7 +41,6 @@ REGULAR, HARDLINK, SYMLINK, CHAR, BLOCKDEV, DIR, FIFO = (
     b"0", b"1", b"2", b"3", b"4", b"5", b"6")
 _ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
 _FAST_KINDS = (REGULAR, HARDLINK, SYMLINK, DIR)  # see TarReader.next
-_T = TypeVar("_T")
 
 
 def show(name: bytes) -> str:
@@ -75,58 +71,6 @@ def write_out(out: BinaryIO, data: bytes) -> None:
 
 def padding(size: int) -> int:
     return -size % BLOCK
-
-
-class Worker:
-    """Runs jobs in order in a helper thread, so hashing and compressing overlap system calls.
-
-    At most 8 jobs wait (their arguments are the memory bound: 1 MiB chunks at most). After a
-    job raises, the rest are dropped; its exception is raised by the next ``submit`` or ``close``.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.Queue[tuple[Callable[[Any], object], object] | None] = \
-            queue.Queue(maxsize=8)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    job[0](job[1])
-                except BaseException as exc:  # handed to the caller's thread
-                    self._error = exc
-
-    def submit(self, job: Callable[[_T], object], arg: _T) -> None:
-        """Queue ``job(arg)``; ``arg`` must not change afterwards."""
-        if self._error is not None:
-            raise self._error
-        self._queue.put((job, arg))
-
-    def close(self, *, check: bool = True) -> None:
-        """Run what is queued and stop the thread (idempotent); ``check``: raise a job's error."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-        if check and self._error is not None:
-            raise self._error
-
-
-class Hasher:
-    """sha256 of everything given to ``update``, computed in a ``Worker``'s thread."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._hash = hashlib.sha256()
-        self._worker = worker
-
-    def update(self, chunk: bytes) -> None:
-        self._worker.submit(self._hash.update, chunk)
-
-    def hexdigest(self) -> str:
-        """The digest; only once the worker is closed."""
-        return self._hash.hexdigest()
 
 
 @dataclass(slots=True)

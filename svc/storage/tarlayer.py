@@ -13,6 +13,7 @@ The work is split by job; this module re-exports the entry points:
 - ``skeleton``: the skeleton format, its writer, and ``write_layer_from_skeleton``.
 - ``layerapply``: ``apply_layer`` (names, safety, whiteouts, metadata).
 - ``layerproduce``: ``produce_layer``.
+- ``layerworker``: the helper thread that hashes and compresses beside the caller.
 """
 
 from svc.storage.layerapply import ApplyResult, apply_layer
