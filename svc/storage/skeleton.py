@@ -124,11 +124,14 @@ class _Sink:
             self.flush()
 
     def flush(self) -> None:
+        if not self._buf:
+            return
         if self._fd is None:
-            write_out(self._out, bytes(self._buf))
+            data, self._buf = self._buf, bytearray()  # handed over, not copied
+            write_out(self._out, data)
         else:
             write_all(self._fd, self._buf)
-        self._buf.clear()
+            self._buf.clear()
 
     def close(self) -> None:
         self.flush()
@@ -137,13 +140,20 @@ class _Sink:
 
     def copy_file(self, fd: int, size: int) -> int:
         """Send ``size`` bytes of ``fd``; returns how many it could (fewer if the file shrank)."""
-        if size <= _SMALL_FILE or self._fd is None:
+        if size <= _SMALL_FILE:
             done = 0
             while done < size and (data := os.read(fd, min(size - done, CHUNK))):
                 self.write(data)
                 done += len(data)
             return done
         self.flush()
+        if self._fd is None:  # large payloads go to ``out`` as read, not through the buffer
+            done = 0
+            while done < size and (data := os.read(fd, min(size - done, CHUNK))):
+                write_out(self._out, data)
+                done += len(data)
+            self.total += done
+            return done
         done = 0
         while done < size and (n := os.sendfile(self._fd, fd, done, min(size - done, 1 << 30))):
             done += n

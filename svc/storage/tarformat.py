@@ -58,10 +58,18 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
             done += os.write(fd, view[done:])
 
 
-def write_out(out: BinaryIO, data: bytes) -> None:
-    """``out.write`` until all of ``data`` is taken (a raw stream may take less)."""
+def write_out(out: BinaryIO, data: bytes | bytearray) -> None:
+    """``out.write`` until all of ``data`` is taken (a raw stream may take less).
+
+    The object itself goes first: a writer that keeps it (the save stream) then copies nothing.
+    """
+    first = out.write(data)
+    if first is None:
+        raise SystemError_("layer output would block")
+    if first >= len(data):
+        return
     with memoryview(data) as view:
-        done = 0
+        done = first
         while done < len(view):
             n = out.write(view[done:])
             if n is None:  # a non-blocking raw stream that is full
