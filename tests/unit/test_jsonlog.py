@@ -21,14 +21,8 @@ from svc.storage.jsonlog import (
     parse_log_opts,
     parse_size,
 )
-from svc.storage.logreader import (
-    LogRecord,
-    follow,
-    follow_framed,
-    log_files,
-    read_framed,
-    read_logs,
-)
+from svc.storage.logfollow import follow, follow_framed
+from svc.storage.logreader import LogRecord, log_files, read_framed, read_logs
 from svc.wire.stdcopy import FrameDecoder
 
 T0 = 1546341071111111111  # 2019-01-01T11:11:11.111111111Z, the docs' example time
