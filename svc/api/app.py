@@ -38,17 +38,12 @@ def create_app(engine: Engine, *, cors_origin: str = "",
         raw = request.scope.get(SCOPE_KEY)
         g.api_version = resolve(raw if isinstance(raw, str) else None)
 
+    app.config["SVC_COMMON_HEADERS"] = common_headers(cors_origin)
+
     @app.after_request
     async def _common_headers(resp: Response) -> Response:
-        h = resp.headers
-        h["Api-Version"] = API_VERSION_STR
-        h["Server"] = SERVER_HEADER
-        h["Ostype"] = "linux"
-        h["Docker-Experimental"] = "false"
-        if cors_origin:
-            h["Access-Control-Allow-Origin"] = cors_origin
-            h["Access-Control-Allow-Headers"] = CORS_ALLOW_HEADERS
-            h["Access-Control-Allow-Methods"] = CORS_ALLOW_METHODS
+        for name, value in app.config["SVC_COMMON_HEADERS"]:
+            resp.headers[name] = value
         return resp
 
     if cors_origin:
@@ -63,6 +58,26 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)
+
+
+def common_headers(cors_origin: str = "") -> list[tuple[str, str]]:
+    """The headers every response carries (and that views writing their own head add)."""
+    out = [("Api-Version", API_VERSION_STR), ("Server", SERVER_HEADER), ("Ostype", "linux"),
+           ("Docker-Experimental", "false")]
+    if cors_origin:
+        out += [("Access-Control-Allow-Origin", cors_origin),
+                ("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS),
+                ("Access-Control-Allow-Methods", CORS_ALLOW_METHODS)]
+    return out
+
+
+def response_head(status: str, headers: list[tuple[str, str]]) -> bytes:
+    """An HTTP/1.1 response head with the common headers, for views that take over."""
+    from quart import current_app
+
+    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers),
+             *(f"{k}: {v}" for k, v in current_app.config["SVC_COMMON_HEADERS"])]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def engine_of() -> Engine:

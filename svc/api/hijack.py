@@ -21,6 +21,7 @@ Everything else (and websockets) is served by hypercorn unchanged.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -84,6 +85,16 @@ class RawStream(trio.abc.Stream):
         self._writer: trio.lowlevel.Task | None = None
         self.peer_gone = False
         self._closed = False
+        self.plain_socket: Any = None  # the trio socket, for direct writes; None under TLS
+
+    def dup_fd(self) -> int | None:
+        """A blocking duplicate of the connection's fd for a worker thread to write to
+        directly (None under TLS). Nothing else writes once a view has taken over."""
+        if self.plain_socket is None:
+            return None
+        fd = os.dup(self.plain_socket.fileno())
+        os.set_blocking(fd, True)
+        return fd
 
     def _wake_reader(self) -> None:
         self._readable.set()
@@ -200,7 +211,7 @@ class HijackH11Protocol(H11Protocol):
         with trio.CancelScope(shield=True):
             await super()._maybe_recycle()
 
-    async def hijack(self, scope: dict[str, Any]) -> RawStream:
+    async def hijack(self, scope: dict[str, Any], head: bytes | None = None) -> RawStream:
         conn = self.connection
         if self.raw is not None or not isinstance(conn, h11.Connection):
             raise Unavailable("this connection has already been taken over")
@@ -208,8 +219,11 @@ class HijackH11Protocol(H11Protocol):
             raise Unavailable("the request body must be read before the connection is hijacked")
         data, closed = conn.trailing_data
         self.raw = RawStream(self, data, closed)
+        self.raw.plain_socket = _plain_socket(self.send)
         self.connection = self.raw._conn  # type: ignore[assignment]
-        await self.send(RawData(data=response_head(_wants_upgrade(scope["headers"]))))
+        if head is None:
+            head = response_head(_wants_upgrade(scope["headers"]))
+        await self.send(RawData(data=head))
         await self.can_read.set()
         return self.raw
 
@@ -224,8 +238,17 @@ def install() -> None:
     hypercorn.trio.tcp_server.MAX_RECV = RECEIVE_BYTES
 
 
-async def hijack(request: Any) -> RawStream:
+def _plain_socket(send: Any) -> Any:
+    """The connection's trio socket when it is not TLS (``send`` is TCPServer.protocol_send)."""
+    stream = getattr(getattr(send, "__self__", None), "stream", None)
+    return getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+
+
+async def hijack(request: Any, head: bytes | None = None) -> RawStream:
     """Take over the current request's connection (after reading its body).
+
+    ``head`` replaces the raw-stream response head (a view that streams an ordinary response
+    itself, such as ``docker save``, writes a 200 with its own headers).
 
     Cancellation: a checkpoint. If cancelled before the head is written nothing was sent; after
     it, the connection is closed when the view returns.
@@ -234,5 +257,5 @@ async def hijack(request: Any) -> RawStream:
     ext = request.scope.get("extensions", {}).get(EXTENSION)
     if ext is None:
         raise Unavailable("this connection cannot be hijacked (HTTP/1.1 is required)")
-    raw: RawStream = await ext["hijack"]()
+    raw: RawStream = await ext["hijack"](head)
     return raw

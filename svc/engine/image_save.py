@@ -10,6 +10,7 @@ written in a worker thread straight into the response's channel.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import tarfile
 import time
@@ -83,9 +84,11 @@ def v1_json(image: Image, index: int, ids: list[str]) -> bytes:
 class TarWriter:
     """A minimal streaming tar writer (ustar/pax headers from ``tarfile``)."""
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO, *, mtime: int | None = None,
+                 count_only: bool = False) -> None:
         self.out = out
-        self.mtime = int(time.time())
+        self.mtime = int(time.time()) if mtime is None else mtime
+        self.count_only = count_only  # streams are counted, not written (for Content-Length)
 
     def _header(self, name: str, size: int, kind: bytes, mode: int) -> None:
         info = tarfile.TarInfo(name)
@@ -106,7 +109,10 @@ class TarWriter:
 
     def add_stream(self, name: str, size: int, write: Callable[[BinaryIO], None]) -> None:
         self._header(name, size, tarfile.REGTYPE, 0o644)
-        write(self.out)
+        if self.count_only:
+            self.out.seek(size, 1)
+        else:
+            write(self.out)
         self._pad(size)
 
     def close(self) -> None:
@@ -114,9 +120,35 @@ class TarWriter:
         self.out.flush()
 
 
-def write_save(items: list[SaveItem], layers: LayerStore, out: BinaryIO) -> None:
+class _Counter(io.RawIOBase):
+    """Counts what would be written; ``seek(n, 1)`` adds n bytes that are not materialized."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.total += len(b)
+        return len(b)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.total += offset
+        return self.total
+
+
+def save_size(items: list[SaveItem], layers: LayerStore, mtime: int) -> int:
+    """The exact byte length ``write_save`` will produce (for Content-Length)."""
+    counter = _Counter()
+    write_save(items, layers, counter, mtime=mtime, count_only=True)  # type: ignore[arg-type]
+    return counter.total
+
+
+def write_save(items: list[SaveItem], layers: LayerStore, out: BinaryIO, *,
+               mtime: int | None = None, count_only: bool = False) -> None:
     """Write the tarball (blocking; in a worker thread)."""
-    tar = TarWriter(out)
+    tar = TarWriter(out, mtime=mtime, count_only=count_only)
     written: set[str] = set()
     manifest = []
     repositories: dict[str, dict[str, str]] = {}

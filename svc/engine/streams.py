@@ -13,6 +13,8 @@ read or write in the thread raise ``trio.Cancelled`` and the thread unwinds.
 from __future__ import annotations
 
 import io
+import os
+import select
 from collections.abc import AsyncIterator
 
 import trio
@@ -114,3 +116,35 @@ class ThreadWriter(io.RawIOBase):
         if self._buf:
             data, self._buf = bytes(self._buf), bytearray()
             trio.from_thread.run(self._send.send, data)
+
+
+class FdWriter(io.RawIOBase):
+    """A writable file for a worker thread over a non-blocking socket fd it shares with trio.
+
+    The fd stays non-blocking (the flag belongs to the shared open file), so a full socket is
+    waited for with poll(2) here, checking every ``POLL_SECONDS`` whether the host task was
+    cancelled. No ``fileno()`` is exposed: writers must not sendfile into a non-blocking fd.
+    """
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
+        self.written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        with memoryview(b) as view:
+            done = 0
+            while done < len(view):
+                try:
+                    done += os.write(self._fd, view[done:])
+                except BlockingIOError:
+                    while not self._poll.poll(self.POLL_SECONDS * 1000):
+                        trio.from_thread.check_cancelled()
+        self.written += done
+        return done

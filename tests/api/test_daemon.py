@@ -13,6 +13,7 @@ import ssl
 import stat
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -315,3 +316,31 @@ def test_bad_host_touches_nothing(tmp_path: Path) -> None:
                str(tmp_path / "pid"), "--config-file", str(tmp_path / "none.json"))
     assert out.returncode == 1 and "invalid host 'udp://1.2.3.4:5'" in out.stderr
     assert not (tmp_path / "root").exists() and not (tmp_path / "pid").exists()
+
+
+def test_save_and_load_over_tls(certs: dict[str, Path], tmp_path: Path) -> None:
+    """Save streams through the TLS layer (it cannot take the socket over directly)."""
+    from tests.support import images as timg
+
+    port = free_port()
+    d = Daemon(["--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert", str(certs["cert"]),
+                "--tlskey", str(certs["key"])])
+    try:
+        d.hosts = [d.url, f"tcp://127.0.0.1:{port}"]
+        d.start()
+        tls = ["--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert", str(certs["ccert"]),
+               "--tlskey", str(certs["ckey"])]
+        host = f"tcp://127.0.0.1:{port}"
+        arc = tmp_path / "in.tar"
+        img = timg.SaveImage([timg.layer_tar([timg.file("f", b"x" * 300_000)])],
+                             repo_tags=["tls:1"])
+        arc.write_bytes(timg.docker_save_tar([img]))
+        assert docker_cli(host, *tls, "load", "-i", str(arc)).returncode == 0
+        out = tmp_path / "out.tar"
+        r = docker_cli(host, *tls, "save", "-o", str(out), "tls:1")
+        assert r.returncode == 0, r.stderr
+        with tarfile.open(out) as t:
+            manifest = json.loads(t.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        assert manifest[0]["RepoTags"] == ["tls:1"]
+    finally:
+        d.cleanup()

@@ -309,6 +309,8 @@ async def test_save_rmi_load_round_trip(api) -> None:  # type: ignore[no-untyped
     r = await c.get("/images/get", params=[("names", "wh:1"), ("names", "busybox")])
     assert r.status_code == 200 and r.headers["content-type"] == "application/x-tar"
     saved = r.content
+    assert int(r.headers["content-length"]) == len(saved)
+    assert r.headers["api-version"] == "1.23"
     with tarfile.open(fileobj=io.BytesIO(saved)) as t:
         names = t.getnames()
         manifest = json.loads(t.extractfile("manifest.json").read())  # type: ignore[union-attr]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from functools import partial
+from typing import Any, BinaryIO, cast
 
 import trio
 from quart import Blueprint, Response, request
 
+from svc.api.hijack import hijack
 from svc.api.params import qbool, qfilters, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import ChannelBody
@@ -16,9 +20,9 @@ from svc.api.versioning import Version, api_version
 from svc.engine.image_import import ImportSpec, check_spec, import_image, sniff_archive
 from svc.engine.image_load import load_images
 from svc.engine.image_remove import remove_image
-from svc.engine.image_save import plan_save, write_save
+from svc.engine.image_save import plan_save, save_size, write_save
 from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService
-from svc.engine.streams import ThreadWriter
+from svc.engine.streams import FdWriter, ThreadWriter
 from svc.errors import InvalidParameter, SvcError, Unsupported
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
@@ -183,27 +187,59 @@ async def save_many() -> Response:
 
 
 async def _save(names: list[str]) -> Response:
+    from svc.api.app import response_head
+
     svc = images()
     items = await plan_save(svc, names)
     # The layers stay on disk until the tarball is written, even if the image is removed.
     chains = [c for item in items for c in item.image.chain]
     svc.pin(chains)
-    return Response(ChannelBody(_save_stream(svc, items, chains)),
-                    content_type="application/x-tar")
+    mtime = int(time.time())
+    try:
+        size = await trio.to_thread.run_sync(save_size, items, svc.layers, mtime)
+        # The tarball goes straight from a worker thread to the socket (no per-chunk trip
+        # through the event loop), with its exact length announced up front.
+        raw = await hijack(request, head=response_head("200 OK", [
+            ("Content-Type", "application/x-tar"), ("Content-Length", str(size)),
+            ("Connection", "close")]))
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await svc.release_layers(chains)
+        raise
+    fd = raw.dup_fd()
+    try:
+        if fd is not None:
+            out = cast(BinaryIO, FdWriter(fd))
+            await trio.to_thread.run_sync(
+                partial(write_save, items, svc.layers, out, mtime=mtime))
+        else:  # TLS: through the stream
+            async with _save_stream(svc, items, [], mtime) as chunks:
+                async for chunk in chunks:
+                    await raw.send_all(chunk)
+    except (OSError, trio.BrokenResourceError) as exc:
+        log.info("save stopped: %s", exc)  # the client went away
+    finally:
+        if fd is not None:
+            os.close(fd)
+        with trio.CancelScope(shield=True):
+            await svc.release_layers(chains)
+        await raw.aclose()
+    return Response(b"")
 
 
 @trio.as_safe_channel
-async def _save_stream(svc: ImageService, items: list[Any],
-                       chains: list[str]) -> AsyncGenerator[bytes, None]:
+async def _save_stream(svc: ImageService, items: list[Any], chains: list[str],
+                       mtime: int) -> AsyncGenerator[bytes, None]:
     try:
-        async for chunk in _save_chunks(svc, items):
+        async for chunk in _save_chunks(svc, items, mtime):
             yield chunk
     finally:
         with trio.CancelScope(shield=True):
             await svc.release_layers(chains)
 
 
-async def _save_chunks(svc: ImageService, items: list[Any]) -> AsyncIterator[bytes]:
+async def _save_chunks(svc: ImageService, items: list[Any],
+                       mtime: int) -> AsyncIterator[bytes]:
     send, recv = trio.open_memory_channel[bytes](4)
 
     async def work() -> None:
@@ -211,7 +247,7 @@ async def _save_chunks(svc: ImageService, items: list[Any]) -> AsyncIterator[byt
             writer = ThreadWriter(send)
 
             def run() -> None:
-                write_save(items, svc.layers, writer)  # type: ignore[arg-type]
+                write_save(items, svc.layers, writer, mtime=mtime)  # type: ignore[arg-type]
                 writer.flush()
 
             await trio.to_thread.run_sync(run)
