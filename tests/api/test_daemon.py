@@ -199,13 +199,22 @@ def certs(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def test_tlsverify_with_the_real_cli(certs: dict[str, Path]) -> None:
+@contextlib.contextmanager
+def tls_daemon(certs: dict[str, Path]) -> Iterator[tuple[Daemon, int]]:
+    """A daemon on its unix socket and on a --tlsverify TCP port; removed afterwards."""
     port = free_port()
     d = Daemon(["--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert", str(certs["cert"]),
                 "--tlskey", str(certs["key"])])
     try:
         d.hosts = [d.url, f"tcp://127.0.0.1:{port}"]
         d.start()
+        yield d, port
+    finally:
+        d.cleanup()
+
+
+def test_tlsverify_with_the_real_cli(certs: dict[str, Path]) -> None:
+    with tls_daemon(certs) as (d, port):
         host = f"tcp://127.0.0.1:{port}"
         ok = docker_cli(host, "--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert",
                         str(certs["ccert"]), "--tlskey", str(certs["ckey"]), "version",
@@ -235,8 +244,6 @@ def test_tlsverify_with_the_real_cli(certs: dict[str, Path]) -> None:
         plain = docker_cli(host, "version")
         assert plain.returncode != 0
         assert d.ping()  # the unix socket is unaffected
-    finally:
-        d.cleanup()
 
 
 def test_tls_without_verify_accepts_clients_without_certs(certs: dict[str, Path]) -> None:
@@ -322,12 +329,7 @@ def test_save_and_load_over_tls(certs: dict[str, Path], tmp_path: Path) -> None:
     """Save streams through the TLS layer (it cannot take the socket over directly)."""
     from tests.support import images as timg
 
-    port = free_port()
-    d = Daemon(["--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert", str(certs["cert"]),
-                "--tlskey", str(certs["key"])])
-    try:
-        d.hosts = [d.url, f"tcp://127.0.0.1:{port}"]
-        d.start()
+    with tls_daemon(certs) as (_d, port):
         tls = ["--tlsverify", "--tlscacert", str(certs["ca"]), "--tlscert", str(certs["ccert"]),
                "--tlskey", str(certs["ckey"])]
         host = f"tcp://127.0.0.1:{port}"
@@ -342,5 +344,3 @@ def test_save_and_load_over_tls(certs: dict[str, Path], tmp_path: Path) -> None:
         with tarfile.open(out) as t:
             manifest = json.loads(t.extractfile("manifest.json").read())  # type: ignore[union-attr]
         assert manifest[0]["RepoTags"] == ["tls:1"]
-    finally:
-        d.cleanup()
