@@ -52,11 +52,6 @@ def api_version() -> Version:
     return v
 
 
-def at_least(major_minor: str) -> bool:
-    major, minor = major_minor.split(".")
-    return api_version() >= (int(major), int(minor))
-
-
 class VersionPrefix:
     """ASGI wrapper: ``/v1.22/info`` is routed as ``/info`` with the version kept in the scope."""
 

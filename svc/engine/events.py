@@ -34,8 +34,6 @@ SUBSCRIBER_LAG = 4096
 FLUSH_INTERVAL = 0.5
 BATCH_EVENTS = 1024
 
-EVENT_TYPES = ("container", "image", "volume", "network")
-
 
 @dataclass(eq=False, slots=True)
 class Event:

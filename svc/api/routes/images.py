@@ -213,7 +213,7 @@ async def _save(names: list[str]) -> Response:
             await trio.to_thread.run_sync(
                 partial(write_save, items, svc.layers, out, mtime=mtime))
         else:  # TLS: through the stream
-            async with _save_stream(svc, items, [], mtime) as chunks:
+            async with _save_stream(svc, items, mtime) as chunks:
                 async for chunk in chunks:
                     await raw.send_all(chunk)
     except (OSError, trio.BrokenResourceError) as exc:
@@ -228,18 +228,9 @@ async def _save(names: list[str]) -> Response:
 
 
 @trio.as_safe_channel
-async def _save_stream(svc: ImageService, items: list[Any], chains: list[str],
+async def _save_stream(svc: ImageService, items: list[Any],
                        mtime: int) -> AsyncGenerator[bytes, None]:
-    try:
-        async for chunk in _save_chunks(svc, items, mtime):
-            yield chunk
-    finally:
-        with trio.CancelScope(shield=True):
-            await svc.release_layers(chains)
-
-
-async def _save_chunks(svc: ImageService, items: list[Any],
-                       mtime: int) -> AsyncIterator[bytes]:
+    """The tarball in ~1 MiB chunks from a worker thread (for TLS connections)."""
     send, recv = trio.open_memory_channel[bytes](4)
 
     async def work() -> None:
