@@ -1,6 +1,7 @@
 """``docker load`` and ``docker save`` of a ~200 MB, 10-layer image, beside GNU tar.
 
-The image (built once per run in the run's temp dir, deterministic: seeded random data):
+Each repetition's image (built in the run's temp dir, deterministic: seeded random data, one
+seed per repetition):
 * 10 layers of ~20 MB of file content each. About half of each layer is a few large files
   (1-16 MiB), the rest many small ones (1-64 KiB) in directories of ~50, like a real rootfs.
   All data is random, so no compression anywhere can skew the rates.
@@ -15,11 +16,9 @@ What is measured, in each repetition (best of up to 3 is reported; the budget ma
   been read. Rate = tarball bytes / that time. The image id is checked after the first load.
 * **save**: ``GET /v1.23/images/<name>/get``, the whole (chunked) tarball read and discarded,
   bytes counted. Rate = bytes received / time until the last byte.
-* the image is then removed (``DELETE /v1.23/images/<name>``), not timed.
-* Each repetition runs tar first, then svcd. tar's trees are kept until the end, so the only
-  mass deletion between repetitions is svcd's image removal: on ext4, creating files right
-  after thousands were deleted is slower (recently freed inodes are skipped), and the first
-  repetition of both sides should see the same undisturbed file system.
+* nothing is deleted until the end (svcd's images, tar's trees): on ext4, creating files
+  right after thousands were deleted is slower, and both sides should meet the same file
+  system. The order alternates (tar first in even repetitions, svcd in odd ones).
 * **raw limit** for load: GNU ``tar -x -f layer.tar -C <empty dir>``, one process per layer in
   turn; rate = sum of layer tar bytes / total time. For save: ``tar -c -f - -C <dir> .`` over
   the dirs just extracted, its stdout (a pipe) read and discarded here, as the save client
@@ -76,7 +75,8 @@ LARGE_SHARE = 0.5  # of each layer's content, in large files
 SMALL_SIZES = (1 << 10, 64 << 10)
 LARGE_SIZES = (1 << 20, 16 << 20)
 FILES_PER_DIR = 50
-IMAGE_NAME = "svc-bench/images:latest"
+IMAGE_REPO = "svc-bench/images"
+IMAGE_NAME = f"{IMAGE_REPO}:latest"
 
 REPS = 3
 MIN_REPS = 2
@@ -105,6 +105,8 @@ class _KnownDiffIds(timg.SaveImage):
 
 @dataclass
 class BuiltImage:
+    name: str
+    seed: int
     tarball: Path
     tarball_bytes: int
     layer_files: list[Path]
@@ -176,11 +178,11 @@ def _tar_member(tar: tarfile.TarFile, name: str, data: bytes | None = None,
         tar.addfile(info, io.BytesIO(data))
 
 
-def build_image(where: Path) -> BuiltImage:
-    """Write the layer tars and the ``docker save`` tarball under ``where``."""
+def build_image(where: Path, seed: int = SEED, name: str = IMAGE_NAME) -> BuiltImage:
+    """Write the layer tars and the ``docker save`` tarball of image ``name`` under ``where``."""
     t0 = time.monotonic()
     where.mkdir()
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     layer_files: list[Path] = []
     diff_ids: list[str] = []
     files = small = large = content = 0
@@ -194,15 +196,16 @@ def build_image(where: Path) -> BuiltImage:
         layer_files.append(where / f"layer{i:02d}.tar")
         diff_ids.append(_write_layer(layer_files[-1], entries))
         del entries, regular
-    image = _KnownDiffIds([b""] * LAYERS, repo_tags=[IMAGE_NAME], known_diff_ids=diff_ids)
+    image = _KnownDiffIds([b""] * LAYERS, repo_tags=[name], known_diff_ids=diff_ids)
     tarball = where / "image.tar"
-    _write_save_tarball(tarball, image, layer_files)
-    return BuiltImage(tarball, tarball.stat().st_size, layer_files,
+    _write_save_tarball(tarball, image, layer_files, name)
+    return BuiltImage(name, seed, tarball, tarball.stat().st_size, layer_files,
                       sum(p.stat().st_size for p in layer_files), image.image_id(), files, small,
                       large, content, time.monotonic() - t0)
 
 
-def _write_save_tarball(path: Path, image: _KnownDiffIds, layer_files: list[Path]) -> None:
+def _write_save_tarball(path: Path, image: _KnownDiffIds, layer_files: list[Path],
+                        name: str) -> None:
     """Docker's manifest layout, members in a sorted walk (as ``timg.docker_save_tar``)."""
     members: dict[str, bytes | Path | None] = {}  # None: a directory
     ids: list[str] = []
@@ -222,7 +225,7 @@ def _write_save_tarball(path: Path, image: _KnownDiffIds, layer_files: list[Path
     members["manifest.json"] = _dumps([{"Config": config_name,
                                         "RepoTags": image.repo_tag_strings(),
                                         "Layers": [f"{v}/layer.tar" for v in ids]}]) + b"\n"
-    repo, _, tag = IMAGE_NAME.rpartition(":")
+    repo, _, tag = name.rpartition(":")
     members["repositories"] = _dumps({repo: {tag: ids[-1]}}) + b"\n"
     with open(path, "wb") as out, tarfile.open(fileobj=out, mode="w",
                                                format=tarfile.PAX_FORMAT) as tar:
@@ -392,10 +395,10 @@ def svcd_load(ctx: Context, img: BuiltImage) -> tuple[OpResult, bytes]:
                     rss.samples, 100 * cpu / seconds, status), body
 
 
-def svcd_save(ctx: Context) -> tuple[OpResult, bytes]:
+def svcd_save(ctx: Context, img: BuiltImage) -> tuple[OpResult, bytes]:
     pid = ctx.daemon.pid
     os.sync()
-    req = (f"GET /v1.23/images/{IMAGE_NAME}/get HTTP/1.1\r\nHost: docker\r\n"
+    req = (f"GET /v1.23/images/{img.name}/get HTTP/1.1\r\nHost: docker\r\n"
            "User-Agent: svc-bench\r\n\r\n")
     with connect(ctx.daemon.socket, OP_TIMEOUT) as sock, RssSampler(pid) as rss:
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
@@ -438,20 +441,20 @@ def tar_create(dirs: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - t0, total
 
 
-def _remove_image(ctx: Context) -> None:
-    status, raw = call(ctx.daemon.socket, "DELETE", f"/v1.23/images/{IMAGE_NAME}",
+def _remove_image(ctx: Context, img: BuiltImage) -> None:
+    status, raw = call(ctx.daemon.socket, "DELETE", f"/v1.23/images/{img.name}",
                        timeout=OP_TIMEOUT)
     if status != 200:
-        raise RuntimeError(f"DELETE {IMAGE_NAME} answered {status}: {body_of(raw)[:300]!r}")
+        raise RuntimeError(f"DELETE {img.name} answered {status}: {body_of(raw)[:300]!r}")
 
 
 def _check_loaded(ctx: Context, img: BuiltImage, load: OpResult, body: bytes) -> None:
     if load.status != 200 or b'"error"' in body:
         raise RuntimeError(f"load answered {load.status}: {body[:300]!r}")
-    status, raw = call(ctx.daemon.socket, "GET", f"/v1.23/images/{IMAGE_NAME}/json")
+    status, raw = call(ctx.daemon.socket, "GET", f"/v1.23/images/{img.name}/json")
     got = json.loads(body_of(raw)).get("Id") if status == 200 else None
     if got != img.image_id:
-        raise RuntimeError(f"after load, {IMAGE_NAME} is {got} ({status}); "
+        raise RuntimeError(f"after load, {img.name} is {got} ({status}); "
                            f"expected {img.image_id}")
 
 
@@ -471,65 +474,69 @@ def images(ctx: Context) -> Outcome:
     t_start = time.monotonic()
     scratch = ctx.workdir / "bench-images"
     ctx.cleanup.callback(shutil.rmtree, scratch, True)
-    img = build_image(scratch)
+    scratch.mkdir()
+    built: list[BuiltImage] = []
     loads: list[OpResult] = []
     saves: list[OpResult] = []
-    tar_x: list[float] = []
-    tar_c: list[tuple[float, int]] = []
+    tar_x: list[float] = []  # MB/s
+    tar_c: list[float] = []  # MB/s
     for rep in range(REPS):
         if rep >= MIN_REPS and time.monotonic() - t_start > BUDGET_S:
             break
-        # tar's trees stay until the end: deleting thousands of files makes the next file
-        # creations on ext4 slower for a while (recently deleted inodes are skipped), and the
-        # first repetition of both sides should see the same, undisturbed file system.
-        # The side that goes second meets the first one's freshly written files on the same
-        # file system, so the order alternates between repetitions.
+        # Each repetition has its own image (another seed), and nothing is deleted until every
+        # measurement is done: on this ext4 (mounted with discard), creating files soon after
+        # thousands were deleted is much slower, and removing svcd's image between repetitions
+        # made svcd alone pay for that. The side that goes second meets the first one's freshly
+        # written files, so the order alternates between repetitions.
+        img = build_image(scratch / f"image-{rep}", SEED + rep, f"{IMAGE_REPO}:rep{rep}")
+        built.append(img)
         if rep % 2:
             load, body = svcd_load(ctx, img)
         seconds, dirs = tar_extract(img, scratch / f"tar-x-{rep}")
-        tar_x.append(seconds)
-        tar_c.append(tar_create(dirs))
+        tar_x.append(img.layer_bytes / MB / seconds)
+        c_seconds, c_bytes = tar_create(dirs)
+        tar_c.append(c_bytes / MB / c_seconds)
         if not rep % 2:
             load, body = svcd_load(ctx, img)
-        if rep == 0:
-            _check_loaded(ctx, img, load, body)
+        _check_loaded(ctx, img, load, body)
         loads.append(load)
-        save, first = svcd_save(ctx)
+        save, first = svcd_save(ctx, img)
         _check_saved(save, first, img)
         saves.append(save)
-        _remove_image(ctx)
-    for rep in range(len(tar_x)):
-        shutil.rmtree(scratch / f"tar-x-{rep}")
-    return _outcome(img, loads, saves, tar_x, tar_c, time.monotonic() - t_start)
+    for img in built:
+        _remove_image(ctx, img)
+    return _outcome(built, loads, saves, tar_x, tar_c, time.monotonic() - t_start)
 
 
-def _outcome(img: BuiltImage, loads: list[OpResult], saves: list[OpResult], tar_x: list[float],
-             tar_c: list[tuple[float, int]], elapsed: float) -> Outcome:
+def _outcome(built: list[BuiltImage], loads: list[OpResult], saves: list[OpResult],
+             tar_x: list[float], tar_c: list[float], elapsed: float) -> Outcome:
     reps = len(loads)
     best_load = max(loads, key=lambda r: r.mb_s)
     best_save = max(saves, key=lambda r: r.mb_s)
-    tar_x_rate = img.layer_bytes / MB / min(tar_x)
-    tar_c_rate = max(n / MB / s for s, n in tar_c)
+    tar_x_rate = max(tar_x)
+    tar_c_rate = max(tar_c)
     load_rss = max(r.rss_growth_mib for r in loads)
     save_rss = max(r.rss_growth_mib for r in saves)
+    load_pairs = sorted(r.mb_s / t for r, t in zip(loads, tar_x, strict=True))
     best = f"best of {reps}"
+    img = built[0]
     out = Outcome(details={
         "image": {"tarball_bytes": img.tarball_bytes, "layer_bytes": img.layer_bytes,
                   "layers": LAYERS, "files": img.files, "small_files": img.small_files,
                   "large_files": img.large_files, "content_bytes": img.content_bytes,
-                  "image_id": img.image_id, "seed": SEED, "build_s": round(img.build_s, 2)},
+                  "seeds": [i.seed for i in built],
+                  "build_s": [round(i.build_s, 2) for i in built]},
         "reps": reps, "elapsed_s": round(elapsed, 1),
         "load": [r.to_json() for r in loads], "save": [r.to_json() for r in saves],
-        "tar_x": [{"seconds": round(s, 3), "bytes": img.layer_bytes,
-                   "MB_s": round(img.layer_bytes / MB / s, 1)} for s in tar_x],
-        "tar_c": [{"seconds": round(s, 3), "bytes": n, "MB_s": round(n / MB / s, 1)}
-                  for s, n in tar_c],
+        "tar_x_MB_s": [round(r, 1) for r in tar_x], "tar_c_MB_s": [round(r, 1) for r in tar_c],
+        "load_over_tar_x_per_rep": [round(r, 2) for r in load_pairs],
     })
     pct = f"{100 * TARGET_RATIO:.0f} %"
     out.figures += [
         Figure("images", "load (POST /images/load)", best_load.mb_s, "MB/s",
                Target(">=", TARGET_RATIO * tar_x_rate), floor=tar_x_rate,
                note=f"{best}; {100 * best_load.mb_s / tar_x_rate:.0f} % of tar -x (floor); "
+                    f"per repetition {'/'.join(f'{100 * r:.0f}' for r in load_pairs)} %; "
                     f"target {pct}; svcd CPU {best_load.cpu_pct:.0f} %"),
         Figure("images", "save (GET /images/{name}/get)", best_save.mb_s, "MB/s",
                Target(">=", TARGET_RATIO * tar_c_rate), floor=tar_c_rate,

@@ -19,7 +19,7 @@ import trio
 
 from svc.engine import imageconfig
 from svc.engine.images import Image, ImageService
-from svc.engine.streams import ThreadReader
+from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
 from svc.registry.reference import Reference
 from svc.storage.layers import StagedLayer
@@ -102,9 +102,8 @@ async def import_image(svc: ImageService, spec: ImportSpec, body: AsyncIterator[
         with contextlib.suppress(trio.WouldBlock):  # a slow reader skips progress, not data
             trio.from_thread.run_sync(progress.send_nowait, msg)
 
-    def stage() -> StagedLayer:
-        if spec.src == "-":
-            reader = ThreadReader(body)
+    def stage(reader: PrefetchReader | None) -> StagedLayer:
+        if reader is not None:
             source: BinaryIO = io.BufferedReader(reader, 1 << 20)  # type: ignore[arg-type,unused-ignore]
             total = None
         else:
@@ -114,7 +113,11 @@ async def import_image(svc: ImageService, spec: ImportSpec, body: AsyncIterator[
         finally:
             source.close()
 
-    staged = await trio.to_thread.run_sync(stage)
+    if spec.src == "-":
+        async with prefetching(body) as reader:
+            staged = await trio.to_thread.run_sync(stage, reader)
+    else:
+        staged = await trio.to_thread.run_sync(stage, None)
     try:
         layer = await svc.commit_layer(staged, None)
     finally:

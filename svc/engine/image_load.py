@@ -23,7 +23,7 @@ import trio
 
 from svc.engine import imageconfig
 from svc.engine.images import Image, ImageService
-from svc.engine.streams import ThreadReader
+from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
 from svc.registry import reference
 from svc.storage.compression import open_decompressed
@@ -217,14 +217,14 @@ def _tag_ref(name: str) -> reference.Reference:
 async def load_images(svc: ImageService, body: AsyncIterator[bytes]) -> list[str]:
     """Load every image of the archive; returns the "Loaded image..." lines."""
 
-    def read() -> Archive:
-        reader = ThreadReader(body)
+    def read(reader: PrefetchReader) -> Archive:
         try:
             return read_archive(reader, svc.layers)  # type: ignore[arg-type]
         finally:
             reader.drain()
 
-    arc = await trio.to_thread.run_sync(read)
+    async with prefetching(body) as reader:
+        arc = await trio.to_thread.run_sync(read, reader)
     pinned: list[str] = []
     try:
         plan = plan_manifest(arc) if "manifest.json" in arc.files else plan_legacy(arc)

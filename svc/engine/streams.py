@@ -1,13 +1,14 @@
 """Bridges between trio and the blocking storage code that runs in worker threads.
 
-``ThreadReader`` lets a worker thread read an async byte source (a request body) as a file;
-``ThreadWriter`` lets it write a file-like stream that the trio side consumes from a bounded
-channel (a response body). Both move data in chunks of about ``CHUNK`` bytes, so one thread
-hand-off carries a megabyte rather than a packet.
+``prefetching`` gives a worker thread an async byte source (a request body) as a file that a
+trio task fills ahead of the reader; ``ThreadWriter`` lets a thread write a file-like stream
+that the trio side consumes from a bounded channel (a response body), in chunks of about
+``CHUNK`` bytes, so one thread hand-off carries a megabyte rather than a packet; ``FdWriter``
+writes straight to a taken-over connection.
 
-Cancellation: the worker runs under ``trio.to_thread.run_sync`` from the host task; trio passes
-the host's cancellation into ``trio.from_thread.run``, so a cancelled request makes the next
-read or write in the thread raise ``trio.Cancelled`` and the thread unwinds.
+Cancellation: the worker runs under ``trio.to_thread.run_sync`` from the host task. A cancelled
+request makes the thread's next read raise ``PumpAborted`` (``prefetching`` turns it back into
+``trio.Cancelled``) and its next ``trio.from_thread`` call raise ``trio.Cancelled``.
 """
 
 from __future__ import annotations
@@ -15,47 +16,98 @@ from __future__ import annotations
 import io
 import os
 import select
+import threading
+from collections import deque
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 
 CHUNK = 1 << 20
+PREFETCH = 8 << 20  # bytes a pump may queue ahead of its reader
 
 
-class ThreadReader(io.RawIOBase):
-    """A readable file for a worker thread over an async iterator of byte chunks."""
+class PumpAborted(Exception):
+    """The trio task feeding a ``PrefetchReader`` was cancelled (the client went away)."""
 
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
-        self._chunks = chunks
+
+class PrefetchReader(io.RawIOBase):
+    """A readable file for a worker thread, filled ahead by a trio task running ``pump``.
+
+    The thread takes chunks from a queue guarded by a ``threading.Condition``: no trio round
+    trip per read, so unpacking never waits for the event loop while data is already here.
+    The pump stops taking chunks once ``limit`` bytes are queued (back-pressure to the client)
+    and is woken with ``run_sync_soon`` when the reader has made room.
+    """
+
+    def __init__(self, limit: int = PREFETCH) -> None:
+        self._limit = limit
+        self._cond = threading.Condition()
+        self._chunks: deque[bytes] = deque()
+        self._queued = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._aborted = False
+        self._waiting = False  # the pump waits for room (guarded by _cond)
+        self._room = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
         self._buf = b""
         self._pos = 0
-        self._eof = False
         self.consumed = 0
 
     def readable(self) -> bool:
         return True
 
-    async def _gather(self) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while size < CHUNK:
-            try:
-                part = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            if part:
-                parts.append(part)
-                size += len(part)
-        return b"".join(parts)
+    async def pump(self, chunks: AsyncIterator[bytes]) -> None:
+        """Queue ``chunks`` for the reader until they end (trio side; one pump per reader)."""
+        try:
+            async for chunk in chunks:
+                if not chunk:
+                    continue
+                while True:
+                    with self._cond:
+                        if self._queued < self._limit:
+                            self._chunks.append(chunk)
+                            self._queued += len(chunk)
+                            self._cond.notify()
+                            break
+                        self._room = trio.Event()
+                        self._waiting = True
+                    await self._room.wait()
+        except trio.Cancelled:
+            self._finish(aborted=True)
+            raise
+        except Exception as exc:  # the body failed (too large, malformed): the reader raises it
+            self._finish(error=exc)
+        else:
+            self._finish()
+
+    def _finish(self, *, aborted: bool = False, error: BaseException | None = None) -> None:
+        with self._cond:
+            self._eof = True
+            self._aborted = aborted
+            self._error = error
+            self._cond.notify()
+
+    def _wake_pump(self) -> None:
+        self._room.set()
 
     def _fill(self) -> bool:
-        if self._eof:
-            return False
-        data = trio.from_thread.run(self._gather)
-        if not data:
-            self._eof = True
-            return False
-        self._buf, self._pos = data, 0
+        with self._cond:
+            while not self._chunks:
+                if self._aborted:
+                    raise PumpAborted("the request was cancelled")
+                if self._error is not None:
+                    raise self._error
+                if self._eof:
+                    return False
+                self._cond.wait()
+            chunk = self._chunks.popleft()
+            self._queued -= len(chunk)
+            if self._waiting and self._queued < self._limit:
+                self._waiting = False
+                self._token.run_sync_soon(self._wake_pump)
+        self._buf, self._pos = chunk, 0
         return True
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
@@ -87,6 +139,28 @@ class ThreadReader(io.RawIOBase):
         while self._fill():
             self.consumed += len(self._buf) - self._pos
             self._pos = len(self._buf)
+
+
+@asynccontextmanager
+async def prefetching(chunks: AsyncIterator[bytes],
+                      limit: int = PREFETCH) -> AsyncIterator[PrefetchReader]:
+    """A ``PrefetchReader`` over ``chunks``, pumped by a task while the block runs.
+
+    Hand the reader to ``trio.to_thread.run_sync``. Cancellation: the pump is cancelled with
+    the block's scope and makes the thread's next read raise ``PumpAborted``, which leaves the
+    block as the ``trio.Cancelled`` it stands for. On leaving, an unfinished pump is cancelled
+    (the rest of the body is left unread).
+    """
+    reader = PrefetchReader(limit)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.pump, chunks)
+        try:
+            yield reader
+        except PumpAborted:
+            await trio.lowlevel.checkpoint()  # raises the Cancelled that aborted the pump
+            raise
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 class ThreadWriter(io.RawIOBase):

@@ -18,10 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
 from tests.conftest import http_client
 from tests.support import images as timg
 from tests.support.daemon import Daemon
+from tests.support.http import connect
 
 
 @pytest.fixture
@@ -523,3 +525,28 @@ async def test_malformed_legacy_metadata_is_400(api) -> None:  # type: ignore[no
         r = await load(c, arc)
         assert r.status_code == 400, (name, r.status_code, r.text)
     assert store_state(d)[0] == []
+
+
+async def test_load_abandoned_mid_body_leaves_nothing(api) -> None:  # type: ignore[no-untyped-def]
+    """A client that goes away halfway through a load: the unpacking stops, the staged layers
+    are discarded, and the daemon carries on."""
+    d, c = api
+    big = timg.layer_tar([timg.file(f"data/f{i}", os.urandom(256 << 10)) for i in range(64)])
+    archive = timg.docker_save_tar([timg.SaveImage([big], repo_tags=["half:1"])])
+    before = store_state(d)
+    s = await connect(d.sock)
+    await s.send_all(b"POST /images/load HTTP/1.1\r\nHost: svc\r\nContent-Type: "
+                     b"application/x-tar\r\nContent-Length: %d\r\n\r\n" % len(archive))
+    await s.send_all(archive[: len(archive) // 2])
+    with trio.fail_after(10):  # the layer is being unpacked into a staging dir
+        while not any(n.startswith("tmp-") for n in os.listdir(d.root / "overlay2")):
+            await trio.sleep(0.01)
+    await s.aclose()
+    with trio.fail_after(10):
+        while store_state(d) != before:
+            await trio.sleep(0.02)
+    assert (await c.get("/images/half:1/json")).status_code == 404
+    assert (await c.get("/_ping")).text == "OK"
+    # the same archive, sent whole, still loads
+    r = await load(c, archive)
+    assert r.status_code == 200 and "Loaded image: half:1" in r.text
