@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-D", "--debug", nargs="?", const=True, type=_bool_flag, help="debug logging")
     p.add_argument("-p", "--pidfile", type=Path, help="pid file (default /var/run/svc.pid)")
     p.add_argument("-G", "--group", help="group owning the unix socket (default svc)")
+    p.add_argument("--cgroup-parent", dest="cgroup_parent",
+                   help="cgroup under which containers' cgroups are made (default /svc)")
+    p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=int,
+                   help="seconds a container gets to stop when the daemon shuts down "
+                        "(default 10; then it is killed)")
     p.add_argument("--config-file", dest="config_file", type=Path,
                    help="JSON file with the same keys as the flags "
                         f"(default {DEFAULT_CONFIG_FILE})")
@@ -75,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # argparse dest -> the config-file key (DaemonConfig alias)
 _DEST_TO_KEY = {"exec_root": "exec-root", "api_cors_header": "api-cors-header",
-                "log_level": "log-level"}
+                "log_level": "log-level", "cgroup_parent": "cgroup-parent",
+                "shutdown_timeout": "shutdown-timeout"}
 
 
 def load_config(argv: Sequence[str]) -> DaemonConfig | None:

@@ -44,6 +44,8 @@ class DaemonConfig(BaseModel):
     debug: bool = Field(False, alias="debug")
     pidfile: Path = Field(Path("/var/run/svc.pid"), alias="pidfile")
     group: str = Field("svc", alias="group")
+    cgroup_parent: str = Field("/svc", alias="cgroup-parent")
+    shutdown_timeout: int = Field(10, alias="shutdown-timeout", ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -105,6 +105,8 @@ def run_daemon(config: DaemonConfig,
     try:
         engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,
                                      runtime=config.runtime,
+                                     cgroup_parent=config.cgroup_parent,
+                                     shutdown_timeout=config.shutdown_timeout,
                                      debug=config.effective_log_level == "debug"))
         try:
             engine.open()
@@ -142,6 +144,7 @@ async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
                 shutdown_trigger=shutdown.wait))
             log.info("svcd %s (API %s) listening on %s", SVC_VERSION, API_VERSION_STR,
                      ", ".join(binds))
+        await engine.stop_containers()
         with trio.CancelScope(shield=True):
             await engine.persist()
         nursery.cancel_scope.cancel()

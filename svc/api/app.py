@@ -10,6 +10,7 @@ from quart_trio import QuartTrio
 
 from svc.api import errors as api_errors
 from svc.api.body import BoundedRequest, HTTPConnection
+from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
 from svc.api.routes import images as images_routes
 from svc.api.routes import system as system_routes
@@ -55,6 +56,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(system_routes.bp)
     app.register_blueprint(events_routes.bp)
     app.register_blueprint(images_routes.bp)
+    app.register_blueprint(containers_routes.bp)
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)

@@ -13,9 +13,17 @@ from pathlib import Path
 import trio
 
 from svc.engine import system
+from svc.engine.container import Container
+from svc.engine.container_run import RunnerDeps
+from svc.engine.container_spec import HostFacts
+from svc.engine.containers import ContainerService
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images import ImageService
 from svc.models.system import SystemInfo, VersionInfo
+from svc.runtime import host
+from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.process import host_capabilities, set_subreaper
+from svc.runtime.runc import Runc
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
@@ -29,6 +37,8 @@ class EngineConfig:
     exec_root: Path
     runtime: str = "runc"
     debug: bool = False
+    cgroup_parent: str = "/svc"
+    shutdown_timeout: float = 10.0
 
 
 class Engine:
@@ -42,6 +52,15 @@ class Engine:
         self.engine_id = ""
         self._lock = RootLock(config.root)
         self.images = ImageService(config.root, self.store, self.events)
+        self.cgroups = CgroupV1()
+        self.runtime = Runc(config.exec_root / "runc", config.runtime)
+        deps = RunnerDeps(
+            runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
+            exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
+            facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
+            save=self._save_container, delete=self._delete_container,
+            find_running=lambda ref: self.containers.resolve(ref))
+        self.containers = ContainerService(config.root, deps, None)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -57,16 +76,39 @@ class Engine:
             if report.skipped:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
+        self.containers.knobs = self._probe_knobs()
+        self.containers.open(self.records["containers"])
         replayed = self.events.load()
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the engine's background tasks until cancelled."""
+        set_subreaper()  # container inits are re-parented to the daemon, which reaps them
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
+            await self.containers.restore(nursery)
             task_status.started()
+
+    async def stop_containers(self) -> None:
+        """Shutdown: stop every running container (stop signal, then SIGKILL)."""
+        with trio.CancelScope(shield=True):
+            await self.containers.stop_all(self.config.shutdown_timeout)
+
+    def _probe_knobs(self) -> Knobs | None:
+        """Which cgroup knobs this kernel offers (None when cgroups cannot be probed)."""
+        try:
+            return self.cgroups.probe()
+        except OSError as exc:
+            log.warning("cannot probe the cgroup hierarchies: %s", exc)
+            return None
+
+    async def _save_container(self, c: Container) -> None:
+        await self.save_record("containers", c.id, c.record())
+
+    async def _delete_container(self, c: Container) -> None:
+        await self.delete_record("containers", c.id)
 
     def begin_shutdown(self) -> None:
         """End live streams so that in-flight requests finish promptly."""
@@ -107,7 +149,6 @@ class Engine:
     def info(self) -> SystemInfo:
         return system.system_info(
             engine_id=self.engine_id, root=self.config.root, runtime=self.config.runtime,
-            debug=self.config.debug, containers=(len(self.records["containers"]), 0, 0,
-                                                 len(self.records["containers"])),
+            debug=self.config.debug, containers=self.containers.counts(),
             images=len(self.images.images), listeners=self.events.listeners,
         )

@@ -153,3 +153,140 @@ class CreateBody(ContainerConfig):
 class CreateResponse(WireModel):
     Id: str
     Warnings: list[str] = Field(default_factory=list)
+
+
+class ContainerStateBody(WireModel):
+    Status: str
+    Running: bool
+    Paused: bool
+    Restarting: bool
+    OOMKilled: bool
+    Dead: bool
+    Pid: int
+    ExitCode: int
+    Error: str
+    StartedAt: str
+    FinishedAt: str
+
+
+class EndpointSettings(WireModel):
+    IPAMConfig: dict[str, Any] | None = None
+    Links: list[str] | None = None
+    Aliases: list[str] | None = None
+    NetworkID: str = ""
+    EndpointID: str = ""
+    Gateway: str = ""
+    IPAddress: str = ""
+    IPPrefixLen: int = 0
+    IPv6Gateway: str = ""
+    GlobalIPv6Address: str = ""
+    GlobalIPv6PrefixLen: int = 0
+    MacAddress: str = ""
+
+
+class NetworkSettingsBody(WireModel):
+    Bridge: str = ""
+    SandboxID: str = ""
+    HairpinMode: bool = False
+    LinkLocalIPv6Address: str = ""
+    LinkLocalIPv6PrefixLen: int = 0
+    Ports: dict[str, Any] | None = None
+    SandboxKey: str = ""
+    SecondaryIPAddresses: list[Any] | None = None
+    SecondaryIPv6Addresses: list[Any] | None = None
+    EndpointID: str = ""
+    Gateway: str = ""
+    GlobalIPv6Address: str = ""
+    GlobalIPv6PrefixLen: int = 0
+    IPAddress: str = ""
+    IPPrefixLen: int = 0
+    IPv6Gateway: str = ""
+    MacAddress: str = ""
+    Networks: dict[str, EndpointSettings] = Field(default_factory=dict)
+
+
+class MountPoint(WireModel):
+    Name: str = ""
+    Source: str
+    Destination: str
+    Driver: str = ""
+    Mode: str = ""
+    RW: bool = True
+    Propagation: str = ""
+
+
+class ContainerInspect(WireModel):
+    Id: str
+    Created: str
+    Path: str
+    Args: list[str]
+    State: ContainerStateBody
+    Image: str
+    ResolvConfPath: str
+    HostnamePath: str
+    HostsPath: str
+    LogPath: str
+    Name: str
+    RestartCount: int
+    Driver: str = "overlay2"
+    ExecDriver: str = "native-0.2"
+    MountLabel: str = ""
+    ProcessLabel: str = ""
+    AppArmorProfile: str = ""
+    ExecIDs: list[str] | None = None
+    HostConfig: dict[str, Any]
+    GraphDriver: dict[str, Any]
+    SizeRw: int | None = None
+    SizeRootFs: int | None = None
+    Mounts: list[MountPoint] = Field(default_factory=list)
+    Config: dict[str, Any]
+    NetworkSettings: NetworkSettingsBody
+
+
+class PortBody(WireModel):
+    IP: str | None = None
+    PrivatePort: int
+    PublicPort: int | None = None
+    Type: str
+
+
+class ContainerSummary(WireModel):
+    Id: str
+    Names: list[str]
+    Image: str
+    ImageID: str
+    Command: str
+    Created: int
+    Ports: list[PortBody]
+    Labels: dict[str, str]
+    State: str
+    Status: str
+    HostConfig: dict[str, str]
+    NetworkSettings: dict[str, Any]
+    Mounts: list[MountPoint]
+    SizeRw: int | None = None
+    SizeRootFs: int | None = None
+
+
+class WaitResponse(WireModel):
+    StatusCode: int
+
+
+class UpdateBody(WireModel):
+    """POST /containers/{id}/update: the resource fields (and, from v1.23, RestartPolicy)."""
+
+    BlkioWeight: int = 0
+    CpuShares: int = 0
+    CpuPeriod: int = 0
+    CpuQuota: int = 0
+    CpusetCpus: str = ""
+    CpusetMems: str = ""
+    Memory: int = 0
+    MemorySwap: int = 0
+    MemoryReservation: int = 0
+    KernelMemory: int = 0
+    RestartPolicy: RestartPolicyBody | None = None
+
+
+class UpdateResponse(WireModel):
+    Warnings: list[str] = Field(default_factory=list)

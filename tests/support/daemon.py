@@ -38,6 +38,8 @@ class Daemon:
         self.probe = probe
         self.hosts = list(hosts) if hosts is not None else [f"unix://{self.sock}"]
         self.proc: subprocess.Popen[bytes] | None = None
+        # containers' cgroups go below a parent of this daemon's own, removed by cleanup()
+        self.cgroup_parent = f"/{self.dir.name}"
 
     @property
     def url(self) -> str:
@@ -50,6 +52,10 @@ class Daemon:
             cmd += ["-H", h]
         cmd += ["--root", str(self.root), "--exec-root", str(self.exec_root),
                 "--pidfile", str(self.pidfile), "--config-file", str(self.dir / "none.json")]
+        if "--cgroup-parent" not in self.args:
+            cmd += ["--cgroup-parent", self.cgroup_parent]
+        if "--shutdown-timeout" not in self.args:
+            cmd += ["--shutdown-timeout", "1"]
         if "--config-file" in self.args:
             cmd = cmd[: cmd.index("--config-file")] + cmd[cmd.index("--config-file") + 2:]
         return cmd + self.args
@@ -123,7 +129,10 @@ class Daemon:
             return ""
 
     def cleanup(self) -> None:
+        """Kill the daemon and remove whatever its containers left: runc state (and so their
+        processes), mounts, cgroups. Safe to call after a failed test."""
         self.kill()
+        reap_containers(self.exec_root / "runc", self.dir, self.cgroup_parent)
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -136,3 +145,20 @@ def running(args: Sequence[str] = (), **kw: object):  # type: ignore[no-untyped-
         yield d
     finally:
         d.cleanup()
+
+
+def reap_containers(runc_root: Path, mounts_below: Path, cgroup_parent: str) -> None:
+    """Delete every runc container under ``runc_root`` (killing its processes), unmount
+    everything below ``mounts_below`` and remove the cgroup parent's tree."""
+    from svc.runtime.cgroups import CgroupV1
+    from svc.runtime.mounts import unmount_all
+
+    runc = shutil.which("runc") or "/usr/sbin/runc"
+    if runc_root.is_dir():
+        for entry in runc_root.iterdir():
+            if entry.is_dir():
+                subprocess.run([runc, "--root", str(runc_root), "delete", "--force", entry.name],
+                               capture_output=True, check=False)
+    unmount_all(mounts_below)
+    if cgroup_parent.strip("/"):
+        CgroupV1().remove(cgroup_parent)

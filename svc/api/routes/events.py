@@ -115,13 +115,14 @@ async def events() -> Response:
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_eof, raw, nursery.cancel_scope)
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    await raw.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            await raw.send_all(b"0\r\n\r\n")
+            try:
+                async with aclosing(chunks):
+                    async for chunk in chunks:
+                        await raw.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await raw.send_all(b"0\r\n\r\n")
+            except trio.BrokenResourceError:
+                pass  # the client went away
             nursery.cancel_scope.cancel()
-    except trio.BrokenResourceError:
-        pass  # the client went away
     finally:
         sub.close()
         await raw.aclose()

@@ -1,0 +1,153 @@
+"""Containers as the API shows them: inspect and list entries, shaped per API version."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from svc.api.versioning import Version
+from svc.engine.container import Container
+from svc.engine.container_state import State, human_duration, status_text
+from svc.engine.images import ImageService
+from svc.models.containers import (
+    ContainerInspect,
+    ContainerStateBody,
+    ContainerSummary,
+    EndpointSettings,
+    MountPoint,
+    NetworkSettingsBody,
+    PortBody,
+)
+from svc.wire.timefmt import rfc3339_nano
+
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def timestamp(ns: int) -> str:
+    return rfc3339_nano(ns) if ns else ZERO_TIME
+
+
+def state_body(c: Container) -> ContainerStateBody:
+    st = c.state
+    s = st.status
+    running = s in (State.RUNNING, State.PAUSED, State.RESTARTING)
+    return ContainerStateBody(
+        Status=s.value, Running=running, Paused=s is State.PAUSED,
+        Restarting=s is State.RESTARTING, OOMKilled=st.oom_killed, Dead=s is State.DEAD,
+        Pid=st.pid if running else 0, ExitCode=st.exit_code, Error=st.error,
+        StartedAt=timestamp(st.started_ns), FinishedAt=timestamp(st.finished_ns))
+
+
+def _network_name(c: Container) -> str:
+    mode = str(c.host_config.get("NetworkMode") or "default")
+    return "bridge" if mode == "default" else mode
+
+
+def network_settings(c: Container) -> NetworkSettingsBody:
+    name = _network_name(c)
+    networks = {} if name.startswith("container:") else {name: EndpointSettings()}
+    return NetworkSettingsBody(Networks=networks, Ports={} if name == "bridge" else None,
+                               SandboxKey="")
+
+
+def mounts(c: Container) -> list[MountPoint]:
+    out = []
+    for bind in c.host_config.get("Binds") or []:
+        parts = bind.split(":")
+        mode = parts[2] if len(parts) > 2 else ""
+        out.append(MountPoint(Source=parts[0], Destination=parts[1], Mode=mode,
+                              RW="ro" not in mode.split(","), Propagation="rprivate"))
+    return out
+
+
+def inspect(c: Container, images: ImageService, version: Version,
+            sizes: tuple[int, int] | None = None) -> dict[str, Any]:
+    image = images.images.get(c.image_id)
+    graph = images.graph_data(image) if image is not None else {}
+    graph = dict(graph, UpperDir=str(c.upper_dir), WorkDir=str(c.work_dir),
+                 MergedDir=str(c.rootfs))
+    body = ContainerInspect(
+        Id=c.id, Created=timestamp(c.created_ns), Path=c.path, Args=c.args,
+        State=state_body(c), Image=c.image_id, ResolvConfPath=str(c.resolv_conf_path),
+        HostnamePath=str(c.hostname_path), HostsPath=str(c.hosts_path),
+        LogPath=str(c.log_path) if c.log_driver() == "json-file" else "", Name=c.name,
+        RestartCount=c.restart_count, ExecIDs=list(c.exec_ids) or None,
+        HostConfig=c.host_config, GraphDriver={"Name": "overlay2", "Data": graph},
+        Mounts=mounts(c), Config=_config(c, version), NetworkSettings=network_settings(c),
+        SizeRw=sizes[0] if sizes else None, SizeRootFs=sizes[1] if sizes else None,
+    ).model_dump(exclude_none=False)
+    if sizes is None:
+        body.pop("SizeRw")
+        body.pop("SizeRootFs")
+    state = body["State"]
+    if version < (1, 21):
+        state.pop("Status")
+    if version < (1, 22):
+        state.pop("Dead")
+        for m in body["Mounts"]:
+            for key in ("Name", "Driver", "Propagation"):
+                m.pop(key)
+    if version < (1, 20):
+        body["Volumes"] = {m["Destination"]: m["Source"] for m in body["Mounts"]}
+        body["VolumesRW"] = {m["Destination"]: m["RW"] for m in body["Mounts"]}
+        if version < (1, 17):
+            body.pop("Mounts")
+    if version < (1, 21):
+        body["NetworkSettings"].pop("Networks")
+    return body
+
+
+def _config(c: Container, version: Version) -> dict[str, Any]:
+    cfg = dict(c.config)
+    if version < (1, 21):
+        cfg.pop("StopSignal", None)
+    if version < (1, 17):
+        cfg.pop("Labels", None)
+    return cfg
+
+
+def command_text(c: Container) -> str:
+    return " ".join([c.path, *c.args])
+
+
+def summary(c: Container, names: list[str], version: Version,
+            sizes: tuple[int, int] | None = None) -> dict[str, Any]:
+    st = c.state
+    now = time.time_ns()
+    if st.status in (State.RUNNING, State.PAUSED):
+        since = human_duration((now - st.started_ns) / 1e9)
+    else:
+        since = human_duration((now - st.finished_ns) / 1e9) if st.finished_ns else ""
+    status = status_text(st.status, exit_code=st.exit_code, since=since)
+    ports = [PortBody(PrivatePort=int(p.split("/")[0]), Type=p.split("/")[1] if "/" in p
+                      else "tcp")
+             for p in sorted(c.config.get("ExposedPorts") or {})]
+    net = network_settings(c)
+    body = ContainerSummary(
+        Id=c.id, Names=names, Image=str(c.config.get("Image") or c.image_id),
+        ImageID=c.image_id, Command=command_text(c), Created=c.created_ns // 10**9,
+        Ports=ports, Labels=dict(c.config.get("Labels") or {}), State=st.status.value,
+        Status=status, HostConfig={"NetworkMode": str(c.host_config.get("NetworkMode")
+                                                      or "default")},
+        NetworkSettings={"Networks": {k: v.model_dump() for k, v in net.Networks.items()}},
+        Mounts=mounts(c), SizeRw=sizes[0] if sizes else None,
+        SizeRootFs=sizes[1] if sizes else None,
+    ).model_dump()
+    for p in body["Ports"]:
+        for key in ("IP", "PublicPort"):
+            if p[key] is None:
+                p.pop(key)
+    if sizes is None:
+        body.pop("SizeRw")
+        body.pop("SizeRootFs")
+    if version < (1, 23):
+        body.pop("State")
+        body.pop("Mounts")
+    if version < (1, 22):
+        body.pop("NetworkSettings")
+        body.pop("HostConfig")
+    if version < (1, 21):
+        body.pop("ImageID")
+    if version < (1, 17):
+        body.pop("Labels")
+    return body

@@ -1,0 +1,187 @@
+"""Container endpoints: create, list, inspect, the lifecycle verbs, wait and logs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from quart import Blueprint, Response, request
+
+from svc.api import container_shapes as shapes
+from svc.api.detachkeys import parse_detach_keys
+from svc.api.params import json_body, qbool, qfilters, qint, qstr
+from svc.api.shaping import json_response
+from svc.api.streaming import StreamBody
+from svc.api.versioning import api_version
+from svc.engine.container import Container
+from svc.engine.container_list import FILTERS, select
+from svc.engine.container_logs import log_stream
+from svc.engine.containers import ContainerService
+from svc.errors import InvalidParameter
+from svc.models.containers import CreateBody, CreateResponse, HostConfigBody, WaitResponse
+from svc.wire.timefmt import parse_timestamp_ns
+
+bp = Blueprint("containers", __name__)
+RAW_STREAM = "application/vnd.svc.raw-stream"
+
+
+def containers() -> ContainerService:
+    from svc.api.app import engine_of
+
+    return engine_of().containers
+
+
+def _ctr(ref: str) -> Container:
+    return containers().resolve(ref)
+
+
+def no_content() -> Response:
+    return Response(b"", status=204)
+
+
+@bp.post("/containers/create")
+async def create() -> Response:
+    body = await json_body(CreateBody)
+    assert body is not None
+    c = await containers().create(body, qstr("name"))
+    return json_response(CreateResponse(Id=c.id, Warnings=c.warnings), status=201)
+
+
+@bp.get("/containers/json")
+async def list_containers() -> Response:
+    svc = containers()
+    from svc.api.app import engine_of
+
+    found = select(svc.all(), engine_of().images, svc.resolve, all_=qbool("all"),
+                   limit=qint("limit"), since=qstr("since"), before=qstr("before"),
+                   filters=qfilters(FILTERS))
+    version = api_version()
+    size = qbool("size")
+    out = []
+    for c in found:
+        sizes = await svc.sizes(c) if size else None
+        out.append(shapes.summary(c, [c.name], version, sizes))
+    return json_response(out)
+
+
+@bp.get("/containers/<ref>/json")
+async def inspect(ref: str) -> Response:
+    svc = containers()
+    c = svc.resolve(ref)
+    from svc.api.app import engine_of
+
+    sizes = await svc.sizes(c) if qbool("size") else None
+    return json_response(shapes.inspect(c, engine_of().images, api_version(), sizes))
+
+
+@bp.post("/containers/<ref>/start")
+async def start(ref: str) -> Response:
+    c = _ctr(ref)
+    raw = await request.get_data(as_text=False)
+    assert isinstance(raw, bytes)
+    if raw.strip() and raw.strip() != b"null":
+        # HostConfig on start: only for clients before v1.24 (dockerd applies it then)
+        hc = await json_body(HostConfigBody, required=False)
+        if hc is not None and hc.model_dump(exclude_defaults=True):
+            await containers().apply_start_host_config(c, hc)
+    detach = qstr("detachKeys")
+    if detach:
+        parse_detach_keys(detach)
+    await containers().start(c)
+    return no_content()
+
+
+@bp.post("/containers/<ref>/stop")
+async def stop(ref: str) -> Response:
+    c = _ctr(ref)
+    await containers().stop(c, qint("t"))
+    return no_content()
+
+
+@bp.post("/containers/<ref>/restart")
+async def restart(ref: str) -> Response:
+    c = _ctr(ref)
+    await containers().restart(c, qint("t"))
+    return no_content()
+
+
+@bp.post("/containers/<ref>/kill")
+async def kill(ref: str) -> Response:
+    c = _ctr(ref)
+    await containers().kill(c, qstr("signal"))
+    return no_content()
+
+
+@bp.post("/containers/<ref>/pause")
+async def pause(ref: str) -> Response:
+    await containers().pause(_ctr(ref))
+    return no_content()
+
+
+@bp.post("/containers/<ref>/unpause")
+async def unpause(ref: str) -> Response:
+    await containers().unpause(_ctr(ref))
+    return no_content()
+
+
+@bp.post("/containers/<ref>/rename")
+async def rename(ref: str) -> Response:
+    c = _ctr(ref)
+    await containers().rename(c, qstr("name") or "")
+    return no_content()
+
+
+@bp.delete("/containers/<ref>")
+async def remove(ref: str) -> Response:
+    c = _ctr(ref)
+    force, volumes = qbool("force"), qbool("v")
+    del volumes  # anonymous volumes arrive with the volume support; binds are never removed
+    await containers().remove(c, force=force)
+    return no_content()
+
+
+@bp.post("/containers/<ref>/wait")
+async def wait(ref: str) -> Response:
+    """The headers go out at once; the body when the container stops. A client that leaves
+    cancels the wait (nothing else depends on it)."""
+    c = _ctr(ref)
+    svc = containers()
+
+    async def body() -> AsyncIterator[bytes]:
+        code = await svc.wait_exit(c)
+        yield WaitResponse(StatusCode=code).model_dump_json().encode() + b"\n"
+
+    resp = Response(StreamBody(body(), lambda: None), status=200,
+                    content_type="application/json")
+    return resp
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+@bp.get("/containers/<ref>/logs")
+async def logs(ref: str) -> Response:
+    c = _ctr(ref)
+    stdout, stderr = qbool("stdout"), qbool("stderr")
+    if not (stdout or stderr):
+        raise InvalidParameter("Bad parameters: you must choose at least one stream")
+    if c.log_driver() != "json-file":
+        raise InvalidParameter(f'configured logging driver "{c.log_driver()}" does not support '
+                               "reading")
+    since_raw = qstr("since")
+    try:
+        since_ns = parse_timestamp_ns(since_raw) if since_raw and since_raw != "0" else 0
+    except ValueError:
+        raise InvalidParameter(f"invalid since value {since_raw!r}: Unix seconds") from None
+    tail_raw = qstr("tail") or "all"
+    if tail_raw == "all":
+        tail = None
+    else:
+        try:
+            tail = int(tail_raw)
+        except ValueError:
+            raise InvalidParameter(f"invalid tail value {tail_raw!r}: a number or all") \
+                from None
+        tail = None if tail < 0 else tail
+    chunks = log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                        timestamps=qbool("timestamps"), follow=qbool("follow"))
+    return Response(StreamBody(chunks, lambda: None), status=200, content_type=RAW_STREAM)

@@ -1,0 +1,157 @@
+"""One container: its durable record and the live handles the daemon holds while it runs.
+
+The record (``record()`` / ``from_record``) is what the store keeps: configuration, host
+configuration, state and the paths of its files. The live part (``Live``) exists only while a
+supervisor task owns a running process: the runtime's pid, the pipes or pty, the events that
+waiters and stoppers watch.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine.container_state import State
+
+ID_BYTES = 32
+
+
+def new_id() -> str:
+    return secrets.token_hex(ID_BYTES)
+
+
+@dataclass
+class RunState:
+    """The State object of inspect, in domain terms (times in Unix ns; 0 = never)."""
+
+    status: State = State.CREATED
+    pid: int = 0
+    exit_code: int = 0
+    error: str = ""
+    oom_killed: bool = False
+    started_ns: int = 0
+    finished_ns: int = 0
+
+    def record(self) -> dict[str, Any]:
+        return {"status": self.status.value, "pid": self.pid, "exit_code": self.exit_code,
+                "error": self.error, "oom_killed": self.oom_killed,
+                "started_ns": self.started_ns, "finished_ns": self.finished_ns}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> RunState:
+        return cls(State(rec.get("status", "created")), int(rec.get("pid", 0)),
+                   int(rec.get("exit_code", 0)), str(rec.get("error", "")),
+                   bool(rec.get("oom_killed", False)), int(rec.get("started_ns", 0)),
+                   int(rec.get("finished_ns", 0)))
+
+
+@dataclass
+class Live:
+    """Handles of a started container, owned by its supervisor task."""
+
+    pid: int
+    exited: trio.Event = field(default_factory=trio.Event)
+    cgroup: str = ""
+    console: Any = None  # runtime.process.Console for a TTY container
+    stdin: Any = None  # the daemon's end of the stdin pipe (OpenStdin without TTY)
+
+
+@dataclass
+class Container:
+    id: str
+    name: str  # with the leading "/"
+    created_ns: int
+    path: str
+    args: list[str]
+    config: dict[str, Any]  # the Config object of inspect (image defaults merged)
+    host_config: dict[str, Any]  # the HostConfig object of inspect
+    image_id: str
+    state: RunState = field(default_factory=RunState)
+    restart_count: int = 0
+    has_been_started: bool = False
+    manually_stopped: bool = False  # ends restart loops; unless-stopped stays down at boot
+    warnings: list[str] = field(default_factory=list)
+    dir: Path = Path("/")  # <root>/containers/<id>
+    live: Live | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)  # serialises lifecycle verbs
+    changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
+    exec_ids: list[str] = field(default_factory=list)
+    restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+    @property
+    def bare_name(self) -> str:
+        return self.name.lstrip("/")
+
+    @property
+    def tty(self) -> bool:
+        return bool(self.config.get("Tty"))
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / f"{self.id}-json.log"
+
+    @property
+    def hostname_path(self) -> Path:
+        return self.dir / "hostname"
+
+    @property
+    def hosts_path(self) -> Path:
+        return self.dir / "hosts"
+
+    @property
+    def resolv_conf_path(self) -> Path:
+        return self.dir / "resolv.conf"
+
+    @property
+    def upper_dir(self) -> Path:
+        return self.dir / "fs" / "diff"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.dir / "fs" / "work"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.dir / "fs" / "merged"
+
+    def notify(self) -> None:
+        """Wake whoever waits for a change of this container (wait, restart loops)."""
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def log_driver(self) -> str:
+        return str((self.host_config.get("LogConfig") or {}).get("Type") or "json-file")
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "created_ns": self.created_ns,
+                "path": self.path, "args": self.args, "config": self.config,
+                "host_config": self.host_config, "image_id": self.image_id,
+                "state": self.state.record(), "restart_count": self.restart_count,
+                "has_been_started": self.has_been_started,
+                "manually_stopped": self.manually_stopped}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
+        cid = str(rec["id"])
+        return cls(id=cid, name=str(rec["name"]), created_ns=int(rec["created_ns"]),
+                   path=str(rec["path"]), args=[str(a) for a in rec["args"]],
+                   config=dict(rec["config"]), host_config=dict(rec["host_config"]),
+                   image_id=str(rec["image_id"]),
+                   state=RunState.from_record(dict(rec.get("state") or {})),
+                   restart_count=int(rec.get("restart_count", 0)),
+                   has_been_started=bool(rec.get("has_been_started", False)),
+                   manually_stopped=bool(rec.get("manually_stopped", False)),
+                   dir=containers_dir / cid)
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,97 @@
+"""The files svc writes for each container and bind-mounts over /etc: hostname, hosts,
+resolv.conf (as moby's ``buildHostnameFile``, ``etchosts.Build`` and ``resolvconf``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+from svc.errors import InvalidParameter
+from svc.storage.atomic import atomic_write
+
+HOST_RESOLV = Path("/etc/resolv.conf")
+DEFAULT_DNS = ("8.8.8.8", "8.8.4.4")
+_HOSTS_HEAD = ("127.0.0.1\tlocalhost\n"
+               "::1\tlocalhost ip6-localhost ip6-loopback\n"
+               "fe00::0\tip6-localnet\n"
+               "ff00::0\tip6-mcastprefix\n"
+               "ff02::1\tip6-allnodes\n"
+               "ff02::2\tip6-allrouters\n")
+_LOCAL_NS = re.compile(r"^\s*nameserver\s+(127\.[0-9.]+|::1)\s*$", re.M)
+
+
+def check_extra_hosts(entries: list[str]) -> list[tuple[str, str]]:
+    """``host:ip`` entries (the IP may be IPv6, so split at the first colon)."""
+    out = []
+    for entry in entries:
+        host, sep, ip = entry.partition(":")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise InvalidParameter(f"invalid IP address in add-host: {ip!r} "
+                                   f"(ExtraHosts entry {entry!r})") from None
+        if not sep or not host:
+            raise InvalidParameter(f"bad format for add-host: {entry!r}")
+        out.append((host, ip))
+    return out
+
+
+def check_dns(servers: list[str]) -> None:
+    for s in servers:
+        try:
+            ipaddress.ip_address(s)
+        except ValueError:
+            raise InvalidParameter(f"{s} is not an ip address (Dns)") from None
+
+
+def hostname_file(hostname: str, domainname: str) -> bytes:
+    return f"{hostname}\n".encode()
+
+
+def hosts_file(hostname: str, domainname: str, ip: str | None,
+               extra: list[tuple[str, str]], host_mode: bool) -> bytes:
+    """The container's /etc/hosts; with the host's network, the host's own file plus extras."""
+    if host_mode:
+        try:
+            base = Path("/etc/hosts").read_text(errors="replace")
+        except OSError:
+            base = _HOSTS_HEAD
+    else:
+        base = _HOSTS_HEAD
+    lines = [base if base.endswith("\n") else base + "\n"]
+    lines += [f"{addr}\t{host}\n" for host, addr in extra]
+    if ip and not host_mode:
+        names = f"{hostname}.{domainname} {hostname}" if domainname else hostname
+        lines.append(f"{ip}\t{names}\n")
+    return "".join(lines).encode()
+
+
+def resolv_conf(dns: list[str], search: list[str], options: list[str], *,
+                host_mode: bool, source: Path = HOST_RESOLV) -> bytes:
+    """The host's resolv.conf, loopback servers removed (they mean nothing in another network
+    namespace; Google's are used if none remain), with Dns/DnsSearch/DnsOptions replacing
+    the corresponding lines."""
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        text = ""
+    if not host_mode:
+        text = _LOCAL_NS.sub("", text)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if dns:
+        lines = [ln for ln in lines if not ln.strip().startswith("nameserver")]
+        lines += [f"nameserver {s}" for s in dns]
+    elif not host_mode and not any(ln.strip().startswith("nameserver") for ln in lines):
+        lines += [f"nameserver {s}" for s in DEFAULT_DNS]
+    if search:
+        lines = [ln for ln in lines if not ln.strip().startswith(("search", "domain"))]
+        lines.append("search " + " ".join(d for d in search if d != "."))
+    if options:
+        lines = [ln for ln in lines if not ln.strip().startswith("options")]
+        lines.append("options " + " ".join(options))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write(path: Path, data: bytes) -> None:
+    atomic_write(path, data, mode=0o644)

@@ -1,0 +1,384 @@
+"""Running a container: launch (rootfs, files, OCI bundle, runc create/start), the supervisor
+task that owns the process until it exits, and the restart policy that may launch it again.
+
+A supervisor runs in the engine's nursery for each started container. It copies the output to
+the log, waits for the init's exit (``wait_pid``), then tears down what launch made (runc state,
+cgroup, overlay mount), records the exit and emits ``die`` (and ``oom``). With a restart policy
+that asks for it, it sleeps the back-off delay (100 ms, doubling) and launches again, so the
+loop belongs to the same task; a stop or kill marks the container manually stopped, which ends
+the loop. Cancellation (daemon shutdown) kills the container first: nothing keeps running
+without a supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine import container_files as files
+from svc.engine.container import Container, Live, now_ns
+from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
+from svc.engine.container_state import State
+from svc.engine.events import EventBus
+from svc.engine.images import ImageService
+from svc.engine.userdb import resolve_user
+from svc.errors import Conflict, InvalidParameter, SvcError
+from svc.runtime.cgroups import CgroupV1
+from svc.runtime.mounts import mount_overlay, unmount
+from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
+from svc.runtime.protocol import Runtime, RuntimeFailure
+from svc.runtime.spec import cgroups_path
+from svc.storage.jsonlog import JsonLogWriter, parse_log_opts
+from svc.storage.securejoin import mkdir_all
+
+log = logging.getLogger("svc.engine.containers")
+
+DRAIN_SECONDS = 2.0  # after the init exits, how long output still held by others may flow
+RESTART_DELAY = 0.1
+RESTART_DELAY_MAX = 60.0
+READ_CHUNK = 1 << 16
+
+
+class StartError(InvalidParameter):
+    """The container's own configuration made the runtime fail (no such binary...)."""
+
+
+def start_failure(exc: RuntimeFailure) -> tuple[int, SvcError]:
+    """dockerd's exit code for a failed start (127 not found, 126 not executable) and the
+    error to return: the container's fault is a 400, anything else the runtime's 500."""
+    text = str(exc)
+    if "no such file or directory" in text or "executable file not found" in text:
+        return 127, StartError(text)
+    if "permission denied" in text:
+        return 126, StartError(text)
+    return 128, exc
+
+
+@dataclass
+class RunnerDeps:
+    runtime: Runtime
+    cgroups: CgroupV1
+    images: ImageService
+    events: EventBus
+    exec_root: Path
+    cgroup_parent: str
+    facts: HostFacts
+    save: Callable[[Container], Awaitable[None]]
+    delete: Callable[[Container], Awaitable[None]]
+    find_running: Callable[[str], Container]  # for NetworkMode container:<name|id>
+
+
+class Runner:
+    def __init__(self, deps: RunnerDeps) -> None:
+        self.d = deps
+        self._nursery: trio.Nursery | None = None
+
+    def bind(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def bundle_dir(self, c: Container) -> Path:
+        return self.d.exec_root / "containers" / c.id
+
+    def cgroup_of(self, c: Container) -> str:
+        parent = c.host_config.get("CgroupParent") or self.d.cgroup_parent
+        return cgroups_path(parent, c.id)
+
+    def event(self, c: Container, action: str, **extra: str) -> None:
+        attrs = dict(c.config.get("Labels") or {})
+        attrs.update(image=str(c.config.get("Image") or c.image_id), name=c.bare_name, **extra)
+        self.d.events.publish("container", action, c.id, attrs)
+
+    # -- launch -----------------------------------------------------------------------------
+
+    async def launch(self, c: Container) -> None:
+        """Start ``c``'s process and its supervisor; the caller holds ``c.lock``.
+
+        Raises the start error after recording it (ExitCode 126/127/128, Error) with nothing
+        left behind: no mount, runc state or cgroup.
+        """
+        assert self._nursery is not None, "the runner is not bound to the engine's nursery"
+        try:
+            live, pipes = await self._create(c)
+        except RuntimeFailure as exc:
+            code, err = start_failure(exc)
+            await self._record_failure(c, code, str(exc))
+            raise err from None
+        except (SvcError, OSError) as exc:
+            await self._record_failure(c, 128, str(exc))
+            raise
+        await self._nursery.start(self._supervise, c, live, pipes)
+        try:
+            await self.d.runtime.start(c.id)
+        except RuntimeFailure as exc:
+            with contextlib.suppress(RuntimeFailure):
+                await self.d.runtime.kill(c.id, signal.SIGKILL)
+            await live.exited.wait()
+            code, err = start_failure(exc)
+            await self._record_failure(c, code, str(exc))
+            raise err from None
+        st = c.state
+        st.status, st.pid, st.started_ns = State.RUNNING, live.pid, now_ns()
+        st.exit_code, st.error, st.oom_killed = 0, "", False
+        c.has_been_started = True
+        await self.d.save(c)
+        c.notify()
+        self.event(c, "start")
+
+    async def _record_failure(self, c: Container, code: int, message: str) -> None:
+        c.state.exit_code, c.state.error = code, message
+        await self.d.save(c)
+        c.notify()
+
+    async def _create(self, c: Container) -> tuple[Live, ContainerPipes | None]:
+        await self.mount(c)
+        pipes: ContainerPipes | None = None
+        try:
+            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c))
+            bundle = self.bundle_dir(c)
+            await trio.to_thread.run_sync(write_bundle, bundle, spec)
+            with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
+                await self.d.runtime.delete(c.id, force=True)
+            if c.tty:
+                created = await self.d.runtime.create(c.id, bundle, terminal=True)
+            else:
+                pipes = open_pipes(stdin=bool(c.config.get("OpenStdin")))
+                created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
+        except BaseException:
+            if pipes is not None:
+                with trio.CancelScope(shield=True):
+                    await pipes.aclose()
+            with trio.CancelScope(shield=True):
+                await self.teardown(c)
+            raise
+        live = Live(created.pid, cgroup=self.cgroup_of(c), console=created.console,
+                    stdin=pipes.stdin if pipes is not None else None)
+        c.live = live
+        return live, pipes
+
+    def _joined_net(self, c: Container) -> str | None:
+        mode = str(c.host_config.get("NetworkMode") or "")
+        if not mode.startswith("container:"):
+            return None
+        other = self.d.find_running(mode.partition(":")[2])
+        if other.id == c.id:
+            raise InvalidParameter("cannot join the network of a container: itself")
+        if other.live is None:
+            raise Conflict(f"cannot join network of a non running container: {other.id}")
+        return f"/proc/{other.live.pid}/ns/net"
+
+    def _prepare(self, c: Container, joined_net: str | None) -> dict[str, Any]:
+        """Blocking: user, working dir, /etc files and the OCI document."""
+        cfg, hc = c.config, c.host_config
+        user = resolve_user(c.rootfs, str(cfg.get("User") or ""), hc.get("GroupAdd"))
+        if cfg.get("WorkingDir"):
+            mkdir_all(c.rootfs, str(cfg["WorkingDir"]))
+        host_mode = hc.get("NetworkMode") == "host"
+        extra = files.check_extra_hosts(list(hc.get("ExtraHosts") or []))
+        hostname = str(cfg.get("Hostname") or c.short_id)
+        domain = str(cfg.get("Domainname") or "")
+        files.write(c.hostname_path, files.hostname_file(hostname, domain))
+        files.write(c.hosts_path, files.hosts_file(hostname, domain, None, extra, host_mode))
+        files.write(c.resolv_conf_path, files.resolv_conf(
+            list(hc.get("Dns") or []), list(hc.get("DnsSearch") or []),
+            list(hc.get("DnsOptions") or []), host_mode=host_mode))
+        for bind in hc.get("Binds") or []:
+            src = Path(bind.split(":")[0])
+            if not src.exists():  # dockerd creates a missing host directory
+                src.mkdir(parents=True, mode=0o755)
+        return oci_spec(c, user, self.d.facts, self.cgroup_of(c), joined_net)
+
+    async def mount(self, c: Container) -> None:
+        """Mount the overlay rootfs (image layers + the container's upper dir) if it is not."""
+        image = self.d.images.images.get(c.image_id)
+        if image is None:
+            raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
+        layers = self.d.images.layers
+        lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
+        if lower is not None:
+            await mount_overlay(layers.root, lower, c.upper_dir, c.work_dir, c.rootfs)
+
+    def _prepare_dirs(self, c: Container, chain: list[str]) -> list[str] | None:
+        """Blocking: the overlay's dirs; None if the rootfs is mounted already."""
+        if os.path.ismount(c.rootfs):
+            return None
+        for d in (c.upper_dir, c.work_dir, c.rootfs):
+            d.mkdir(parents=True, exist_ok=True, mode=0o755)
+        lower = self.d.images.layers.lower_dirs(chain[-1]) if chain else []
+        if not lower:  # an image without layers: overlay needs a lower dir
+            empty = c.dir / "fs" / "empty"
+            empty.mkdir(exist_ok=True)
+            lower = [str(empty)]
+        return lower
+
+    async def teardown(self, c: Container) -> None:
+        """Remove runc's state (and so the cgroup) and unmount the rootfs. Idempotent."""
+        with contextlib.suppress(RuntimeFailure):
+            await self.d.runtime.delete(c.id, force=True)
+        cgroup = self.cgroup_of(c)
+        if self.d.cgroups.exists(cgroup):
+            await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
+        await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
+        await trio.to_thread.run_sync(shutil.rmtree, self.bundle_dir(c), True)
+
+    # -- supervision ------------------------------------------------------------------------
+
+    async def _supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the process until it exits, then record the exit and apply the restart policy.
+
+        Cancellation (daemon shutdown): the container is killed and torn down, shielded.
+        """
+        writer = _open_log(c)
+        task_status.started()
+        code = -1
+        try:
+            code = await self._watch(c, live, pipes, writer)
+        finally:
+            with trio.CancelScope(shield=True):
+                if code < 0:  # cancelled: kill what no one supervises any more
+                    with contextlib.suppress(RuntimeFailure):
+                        await self.d.runtime.kill(c.id, signal.SIGKILL)
+                    with trio.move_on_after(5):
+                        code = await wait_pid(live.pid)
+                if writer is not None:
+                    writer.close()
+                if pipes is not None:
+                    await pipes.aclose()
+                if live.console is not None:
+                    await live.console.aclose()
+                oom = self._oom_killed(c)
+                await self.teardown(c)
+                await self._exited(c, code, oom)
+                live.exited.set()
+        await self._maybe_restart(c, code)
+
+    async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
+                     writer: JsonLogWriter | None) -> int:
+        sources: list[tuple[Any, str]] = (
+            [(pipes.stdout, "stdout"), (pipes.stderr, "stderr")] if pipes is not None
+            else [(live.console, "stdout")])
+        async with trio.open_nursery() as nursery:
+            done: list[trio.Event] = []
+            for stream, name in sources:
+                ev = trio.Event()
+                done.append(ev)
+                nursery.start_soon(_copy_output, stream, name, writer, ev)
+            code = await wait_pid(live.pid)
+            with trio.move_on_after(DRAIN_SECONDS):
+                for ev in done:
+                    await ev.wait()
+            nursery.cancel_scope.cancel()
+        return code
+
+    def _oom_killed(self, c: Container) -> bool:
+        """Whether the kernel's OOM killer acted in the container's memory cgroup."""
+        try:
+            text = self.d.cgroups.read("memory", self.cgroup_of(c), "memory.oom_control")
+        except OSError:
+            return False
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value) > 0
+        return False
+
+    async def _exited(self, c: Container, code: int, oom: bool) -> None:
+        c.live = None
+        st = c.state
+        st.status, st.pid, st.exit_code, st.finished_ns = State.EXITED, 0, code, now_ns()
+        st.oom_killed = oom
+        await self.d.save(c)
+        if oom:
+            self.event(c, "oom")
+        self.event(c, "die", exitCode=str(code))
+        c.notify()
+
+    def wants_restart(self, c: Container, code: int) -> bool:
+        rp = c.host_config.get("RestartPolicy") or {}
+        name = rp.get("Name") or "no"
+        if c.manually_stopped or c.state.status is State.REMOVING or name == "no":
+            return False
+        if name in ("always", "unless-stopped"):
+            return True
+        if name == "on-failure" and code != 0:
+            limit = int(rp.get("MaximumRetryCount") or 0)
+            return limit == 0 or c.restart_count < limit
+        return False
+
+    async def _maybe_restart(self, c: Container, code: int) -> None:
+        """The restart policy's loop: wait the back-off delay, then launch again."""
+        if not self.wants_restart(c, code):
+            return
+        delay = min(RESTART_DELAY * (2 ** c.restart_count), RESTART_DELAY_MAX)
+        c.state.status = State.RESTARTING
+        await self.d.save(c)
+        c.notify()
+        with trio.CancelScope() as scope:
+            c.restart_scope = scope
+            await trio.sleep(delay)
+        c.restart_scope = None
+        async with c.lock:
+            if scope.cancelled_caught or not self.wants_restart(c, code):
+                if c.state.status is State.RESTARTING:
+                    c.state.status = State.EXITED
+                    await self.d.save(c)
+                    c.notify()
+                return
+            c.restart_count += 1
+            try:
+                await self.launch(c)
+            except (SvcError, OSError) as exc:
+                log.error("restarting container %s failed: %s", c.short_id, exc)
+                c.state.status = State.EXITED
+                await self.d.save(c)
+                c.notify()
+                return
+            self.event(c, "restart")
+
+
+def _open_log(c: Container) -> JsonLogWriter | None:
+    if c.log_driver() != "json-file":
+        return None
+    opts = (c.host_config.get("LogConfig") or {}).get("Config") or {}
+    max_size, max_file, compress = parse_log_opts(opts)
+    return JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
+
+
+async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None,
+                       done: trio.Event) -> None:
+    """Copy one output stream to the log until EOF (a pty master reports EIO at the end)."""
+    try:
+        while True:
+            try:
+                chunk = await stream.receive_some(READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            except OSError as exc:
+                if exc.errno == errno.EIO:
+                    break
+                raise
+            if not chunk:
+                break
+            if writer is not None:
+                writer.write(name, chunk)
+    finally:
+        if writer is not None:
+            writer.flush()
+        done.set()
+
+
+def _unmount_quietly(path: Path) -> None:
+    try:
+        unmount(path)
+    except OSError as exc:
+        log.warning("unmounting %s: %s", path, exc)

@@ -1,0 +1,218 @@
+"""A container's OCI document: its Config and HostConfig in the runtime layer's terms.
+
+Docker conventions are translated here (``MemorySwap=-1``, ``PidsLimit=0``, ``CpuShares=0``
+meaning "unset", device paths to major/minor numbers) before the runtime's ``with_*`` options
+build the document. Everything the host must tell (the daemon's capabilities, its devices, a
+device's numbers) is looked up here too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from svc.engine.container import Container
+from svc.engine.container_config import DEFAULT_PATH
+from svc.engine.userdb import ExecUser
+from svc.errors import InvalidParameter
+from svc.runtime.mounts import host_devices
+from svc.runtime.protocol import (
+    BlkioRate,
+    BlkioWeightDevice,
+    Device,
+    DeviceRule,
+    Mount,
+    Resources,
+    Rlimit,
+    bind_mount,
+)
+from svc.runtime.spec import (
+    DEFAULT_SHM_SIZE,
+    Spec,
+    SpecOpt,
+    build_spec,
+    default_spec,
+    with_capabilities,
+    with_cgroups_path,
+    with_devices,
+    with_hostname,
+    with_mounts,
+    with_namespaces,
+    with_oom_score_adj,
+    with_privileged,
+    with_process,
+    with_resources,
+    with_rlimits,
+    with_root,
+    with_shm_size,
+)
+from svc.storage.atomic import atomic_write
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host offers, read once by the engine."""
+
+    capabilities: tuple[str, ...]
+    own_oom_score_adj: int
+
+
+def _device_numbers(path: str) -> tuple[str, int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InvalidParameter(f'error gathering device information while adding custom '
+                               f'device "{path}": {exc.strerror}') from None
+    if stat.S_ISCHR(st.st_mode):
+        kind = "c"
+    elif stat.S_ISBLK(st.st_mode):
+        kind = "b"
+    else:
+        raise InvalidParameter(f'error gathering device information while adding custom device '
+                               f'"{path}": not a device node')
+    return kind, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)
+
+
+def _rates(items: list[dict[str, Any]] | None) -> tuple[BlkioRate, ...]:
+    out = []
+    for item in items or []:
+        _, major, minor, _ = _device_numbers(item["Path"])
+        out.append(BlkioRate(major, minor, int(item["Rate"])))
+    return tuple(out)
+
+
+def resources(hc: dict[str, Any]) -> Resources:
+    """HostConfig's limits in the runtime's terms (0 means "not set", as in dockerd)."""
+    mem = hc.get("Memory") or 0
+    swap = hc.get("MemorySwap") or 0
+    if mem and not swap:
+        swap = mem * 2  # dockerd: swap defaults to as much again as the memory limit
+    swappiness = hc.get("MemorySwappiness")
+    weights = tuple(BlkioWeightDevice(*_device_numbers(w["Path"])[1:3], int(w["Weight"]))
+                    for w in hc.get("BlkioWeightDevice") or [])
+    pids = hc.get("PidsLimit") or 0
+    return Resources(
+        memory=mem or None, memory_swap=swap or None,
+        memory_reservation=hc.get("MemoryReservation") or None,
+        kernel_memory=hc.get("KernelMemory") or None,
+        swappiness=swappiness if swappiness not in (None, -1) else None,
+        oom_kill_disable=bool(hc.get("OomKillDisable")) if mem else None,
+        cpu_shares=hc.get("CpuShares") or None, cpu_period=hc.get("CpuPeriod") or None,
+        cpu_quota=hc.get("CpuQuota") or None, cpuset_cpus=hc.get("CpusetCpus") or None,
+        cpuset_mems=hc.get("CpusetMems") or None, blkio_weight=hc.get("BlkioWeight") or None,
+        blkio_weight_devices=weights,
+        blkio_read_bps=_rates(hc.get("BlkioDeviceReadBps")),
+        blkio_write_bps=_rates(hc.get("BlkioDeviceWriteBps")),
+        blkio_read_iops=_rates(hc.get("BlkioDeviceReadIOps")),
+        blkio_write_iops=_rates(hc.get("BlkioDeviceWriteIOps")),
+        pids_limit=pids if pids else None)
+
+
+def _devices(hc: dict[str, Any]) -> tuple[list[Device], list[DeviceRule]]:
+    devices, rules = [], []
+    for d in hc.get("Devices") or []:
+        kind, major, minor, mode = _device_numbers(d["PathOnHost"])
+        inside = d.get("PathInContainer") or d["PathOnHost"]
+        devices.append(Device(inside, kind, major, minor, mode))
+        rules.append(DeviceRule(True, kind, major, minor, d.get("CgroupPermissions") or "rwm"))
+    return devices, rules
+
+
+def environment(c: Container) -> list[str]:
+    """The process environment: PATH (if neither image nor user set it), HOSTNAME, TERM for a
+    TTY, then the Config's Env (moby ``CreateDaemonEnvironment``)."""
+    env = list(c.config.get("Env") or [])
+    keys = {e.split("=", 1)[0] for e in env}
+    head = []
+    if "PATH" not in keys:
+        head.append(f"PATH={DEFAULT_PATH}")
+    head.append(f"HOSTNAME={c.config.get('Hostname') or c.short_id}")
+    if c.tty:
+        head.append("TERM=xterm")
+    return head + env
+
+
+def namespace_modes(hc: dict[str, Any], joined_net: str | None) -> dict[str, str]:
+    mode = hc.get("NetworkMode") or "default"
+    net = "host" if mode == "host" else (joined_net or "new")
+    return {"network": net, "pid": "host" if hc.get("PidMode") == "host" else "new",
+            "ipc": "host" if hc.get("IpcMode") == "host" else "new",
+            "uts": "host" if hc.get("UTSMode") == "host" or mode == "host" else "new"}
+
+
+def _binds(c: Container, readonly_root: bool) -> list[Mount]:
+    mounts = [bind_mount(str(path), dest, readonly=readonly_root) for path, dest in (
+        (c.resolv_conf_path, "/etc/resolv.conf"), (c.hostname_path, "/etc/hostname"),
+        (c.hosts_path, "/etc/hosts"))]
+    for bind in c.host_config.get("Binds") or []:
+        src, dest, mode = parse_bind(bind)
+        mounts.append(bind_mount(src, dest, readonly="ro" in mode.split(",")))
+    return mounts
+
+
+def parse_bind(bind: str) -> tuple[str, str, str]:
+    """``/host:/ctr[:mode]`` -> (host, container, mode); modes ro, rw, z, Z (comma-separated)."""
+    parts = bind.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        if len(parts) == 1 and parts[0].startswith("/"):
+            raise InvalidParameter(f"invalid bind {bind!r}: anonymous volumes (a container path "
+                                   "alone) need the volume support of svc, not built yet")
+        raise InvalidParameter(f"invalid bind mount spec {bind!r}: use /host/path:/container"
+                               "/path[:ro|rw]")
+    src, dest = parts[0], parts[1]
+    mode = parts[2] if len(parts) == 3 else "rw"
+    for m in mode.split(","):
+        if m not in ("ro", "rw", "z", "Z", "rprivate", "private", "rslave", "slave", "rshared",
+                     "shared", "nocopy"):
+            raise InvalidParameter(f"invalid mode {m!r} in bind {bind!r}")
+    if not src.startswith("/"):
+        raise InvalidParameter(f"invalid bind {bind!r}: named volumes need the volume support "
+                               "of svc, not built yet; use an absolute host path")
+    if not dest.startswith("/") or dest == "/":
+        raise InvalidParameter(f"invalid bind {bind!r}: the container path must be absolute "
+                               "and not /")
+    return src, dest, mode
+
+
+def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,
+             joined_net: str | None) -> Spec:
+    hc = c.host_config
+    cfg = c.config
+    readonly = bool(hc.get("ReadonlyRootfs"))
+    opts: list[SpecOpt] = [
+        with_root(str(c.rootfs), readonly),
+        with_process([c.path, *c.args], environment(c), cfg.get("WorkingDir") or "/",
+                     user.uid, user.gid, user.additional_gids, terminal=c.tty),
+        with_namespaces(**namespace_modes(hc, joined_net)),
+        with_cgroups_path(cgroup_path),
+        with_resources(resources(hc)),
+        with_mounts(_binds(c, readonly)),
+        with_shm_size(hc.get("ShmSize") or DEFAULT_SHM_SIZE),
+    ]
+    if (hc.get("NetworkMode") or "default") != "host" and hc.get("UTSMode") != "host":
+        opts.append(with_hostname(cfg.get("Hostname") or c.short_id))
+    if hc.get("Privileged"):
+        opts.append(with_privileged(host_devices(), facts.capabilities))
+    else:
+        opts.append(with_capabilities(hc.get("CapAdd") or [], hc.get("CapDrop") or [],
+                                      available=facts.capabilities))
+    devices, rules = _devices(hc)
+    if devices:
+        opts.append(with_devices(devices, rules))
+    if hc.get("Ulimits"):
+        opts.append(with_rlimits([Rlimit(u["Name"], u["Soft"], u["Hard"])
+                                  for u in hc["Ulimits"]]))
+    score = hc.get("OomScoreAdj") or 0
+    if score:
+        opts.append(with_oom_score_adj(score))
+    return build_spec(default_spec(), *opts)
+
+
+def write_bundle(bundle: Path, spec: Spec) -> None:
+    """``<bundle>/config.json`` (blocking)."""
+    bundle.mkdir(parents=True, exist_ok=True, mode=0o700)
+    atomic_write(bundle / "config.json", json.dumps(spec).encode())

@@ -1,0 +1,414 @@
+"""The containers service: records, names, and every lifecycle verb with dockerd's rules.
+
+Each verb checks the state table (``container_state.require``) under the container's lock, so
+two verbs never interleave on one container. Running processes belong to supervisor tasks in
+the engine's nursery (``container_run.Runner``); a verb that waits for an exit waits on the
+container's ``changed`` event, never on the process itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine import names as namegen
+from svc.engine.container import Container, new_id, now_ns
+from svc.engine.container_config import (
+    check_host_config,
+    check_name,
+    host_config_record,
+    merge_config,
+    stop_signal,
+)
+from svc.engine.container_files import check_dns, check_extra_hosts
+from svc.engine.container_run import Runner, RunnerDeps
+from svc.engine.container_spec import parse_bind
+from svc.engine.container_state import State, require
+from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
+from svc.models.containers import CreateBody, HostConfigBody
+from svc.runtime.cgroups import Knobs
+from svc.runtime.process import signal_number
+from svc.runtime.protocol import ContainerNotFound, RuntimeFailure
+
+log = logging.getLogger("svc.engine.containers")
+
+COLLECTION = "containers"
+RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
+
+
+def _tree_size(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+class ContainerService:
+    def __init__(self, root: Path, deps: RunnerDeps, knobs: Knobs | None) -> None:
+        self.dir = root / "containers"
+        self.deps = deps
+        self.knobs = knobs
+        self.runner = Runner(deps)
+        self.containers: dict[str, Container] = {}
+        self.names: dict[str, str] = {}  # "/name" -> id
+        self._names_lock = trio.Lock()
+
+    # -- loading and restoring --------------------------------------------------------------
+
+    def open(self, records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Load the records (blocking, before serving); damaged ones are skipped."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o710)
+        for cid, rec in records.items():
+            try:
+                c = Container.from_record(dict(rec), self.dir)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("skipping container %s: %s", cid, exc)
+                continue
+            self.containers[c.id] = c
+            self.names[c.name] = c.id
+        self.deps.images.container_use = self._image_use
+
+    async def restore(self, nursery: trio.Nursery) -> None:
+        """After a crash or a restart: no container runs without a supervisor. Ones that were
+        running are killed and torn down and recorded as exited (137 when svc killed them, 255
+        when they had died unseen); then ``always`` and ``unless-stopped`` ones start again."""
+        self.runner.bind(nursery)
+        for c in list(self.containers.values()):
+            was = c.state.status
+            if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
+                code, error = await self._reap_orphan(c)
+                c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
+                c.state.exit_code, c.state.error = code, error
+                await self.deps.save(c)
+            elif was is State.REMOVING:
+                await self._finish_remove(c)
+                continue
+            await self.runner.teardown(c)
+        for c in list(self.containers.values()):
+            policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
+            if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
+                if not c.has_been_started:
+                    continue
+                async with c.lock:
+                    try:
+                        await self.runner.launch(c)
+                    except (SvcError, OSError) as exc:
+                        log.error("container %s did not come back: %s", c.short_id, exc)
+
+    async def _reap_orphan(self, c: Container) -> tuple[int, str]:
+        try:
+            state = await self.deps.runtime.state(c.id)
+        except ContainerNotFound:
+            return 255, "the container exited while the daemon was not running"
+        except RuntimeFailure as exc:
+            return 255, str(exc)
+        if state.get("status") in ("running", "paused", "created"):
+            with contextlib.suppress(RuntimeFailure):
+                await self.deps.runtime.delete(c.id, force=True)
+            return 137, "killed when the daemon restarted (it was not running to supervise it)"
+        return 255, "the container exited while the daemon was not running"
+
+    # -- names ------------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> Container:
+        """By full id, name (with or without "/") or unique id prefix; 404 / 400 ambiguous."""
+        if not ref:
+            raise NotFound("No such container: ")
+        c = self.containers.get(ref)
+        if c is not None:
+            return c
+        by_name = self.names.get("/" + ref.lstrip("/"))
+        if by_name is not None:
+            return self.containers[by_name]
+        matches = [c for cid, c in self.containers.items() if cid.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise InvalidParameter(f"multiple IDs found with provided prefix: {ref}")
+        raise NotFound(f"No such container: {ref}")
+
+    def _name_taken(self, name: str) -> Conflict:
+        return Conflict(f'Conflict. The name "{name}" is already in use by container '
+                        f"{self.names[name]}. You have to remove (or rename) that container to "
+                        "be able to reuse that name.")
+
+    def _new_name(self) -> str:
+        for attempt in range(10):
+            name = "/" + namegen.generate(attempt)
+            if name not in self.names:
+                return name
+        return "/" + new_id()[:12]
+
+    def _image_use(self, image_id: str) -> tuple[str, bool] | None:
+        found: tuple[str, bool] | None = None
+        for c in self.containers.values():
+            if c.image_id == image_id:
+                running = c.state.status in RUNNING_STATES
+                if found is None or running:
+                    found = (c.id, running)
+        return found
+
+    def find_running(self, ref: str) -> Container:
+        return self.resolve(ref)
+
+    # -- create -----------------------------------------------------------------------------
+
+    async def create(self, body: CreateBody, name: str | None) -> Container:
+        image_ref = body.Image
+        if not image_ref:
+            raise InvalidParameter("Config.Image is required: the image to create the "
+                                   "container from")
+        try:
+            image = self.deps.images.resolve(image_ref)
+        except NotFound:
+            raise NotFound(f"No such image: {image_ref}") from None
+        hc = body.HostConfig or HostConfigBody()
+        warnings = check_host_config(hc, self.knobs)
+        for bind in hc.Binds or []:
+            parse_bind(bind)
+        check_extra_hosts(list(hc.ExtraHosts or []))
+        check_dns(list(hc.Dns or []))
+        for c_name in (hc.VolumesFrom or []):
+            raise InvalidParameter(f"VolumesFrom ({c_name}) needs the volume support of svc, "
+                                   "not built yet")
+        if hc.NetworkMode.startswith("container:"):
+            self.resolve(hc.NetworkMode.partition(":")[2])
+        cid = new_id()
+        config, path, args = merge_config(body, image.container_config, cid)
+        async with self._names_lock:
+            if name:
+                full = check_name(name)
+                if full in self.names:
+                    raise self._name_taken(full)
+            else:
+                full = self._new_name()
+            c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
+                          config=config, host_config=host_config_record(hc),
+                          image_id=image.id, warnings=warnings, dir=self.dir / cid)
+            self.names[full] = cid
+            self.containers[cid] = c
+        try:
+            await trio.to_thread.run_sync(self._make_dirs, c)
+            await self.deps.save(c)
+        except BaseException:
+            self.names.pop(full, None)
+            self.containers.pop(cid, None)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
+            raise
+        self.runner.event(c, "create")
+        return c
+
+    @staticmethod
+    def _make_dirs(c: Container) -> None:
+        c.dir.mkdir(mode=0o710)
+        for d in (c.upper_dir, c.work_dir, c.rootfs):
+            d.mkdir(parents=True, mode=0o755)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self, c: Container) -> None:
+        async with c.lock:
+            require(c.state.status, "start", c.id)
+            c.manually_stopped = False
+            await self.runner.launch(c)
+
+    async def wait_exit(self, c: Container) -> int:
+        """Block until ``c`` is neither running, paused nor restarting; its exit code."""
+        while True:
+            changed = c.changed
+            if c.state.status not in RUNNING_STATES and c.live is None:
+                return c.state.exit_code
+            await changed.wait()
+
+    async def _wait_live_exit(self, c: Container, timeout: float | None) -> bool:
+        """Wait for the current process to exit; False on timeout."""
+        live = c.live
+        if live is None:
+            return True
+        with trio.move_on_after(timeout if timeout is not None else float("inf")):
+            await live.exited.wait()
+            return True
+        return False
+
+    async def stop(self, c: Container, timeout: int | None) -> None:
+        async with c.lock:
+            require(c.state.status, "stop", c.id)
+            await self._stop_locked(c, 10 if timeout is None else timeout)
+        self.runner.event(c, "stop")
+
+    async def _stop_locked(self, c: Container, timeout: float) -> None:
+        c.manually_stopped = True
+        await self.deps.save(c)
+        if c.state.status is State.RESTARTING:
+            if c.restart_scope is not None:
+                c.restart_scope.cancel()
+            return
+        sig = stop_signal(c.config)
+        await self._signal(c, sig)
+        if not await self._wait_live_exit(c, timeout):
+            await self._signal(c, signal.SIGKILL)
+            await self._wait_live_exit(c, None)
+
+    async def _signal(self, c: Container, sig: int) -> None:
+        """Send ``sig`` to the init; a paused container is thawed so that it can act on it."""
+        if c.live is None:
+            return
+        with contextlib.suppress(RuntimeFailure):
+            await self.deps.runtime.kill(c.id, sig)
+        if c.state.status is State.PAUSED:
+            with contextlib.suppress(RuntimeFailure):
+                await self.deps.runtime.resume(c.id)
+            c.state.status = State.RUNNING
+
+    async def restart(self, c: Container, timeout: int | None) -> None:
+        async with c.lock:
+            require(c.state.status, "restart", c.id)
+            if c.state.status in RUNNING_STATES:
+                await self._stop_locked(c, 10 if timeout is None else timeout)
+            c.manually_stopped = False
+            await self.runner.launch(c)
+        self.runner.event(c, "restart")
+
+    async def kill(self, c: Container, sig_text: str | None) -> None:
+        try:
+            sig = signal_number(sig_text) if sig_text else int(signal.SIGKILL)
+        except ValueError:
+            raise InvalidParameter(f"Invalid signal: {sig_text}") from None
+        async with c.lock:
+            require(c.state.status, "kill", c.id)
+            if c.state.status is State.RESTARTING:
+                c.manually_stopped = True
+                if c.restart_scope is not None:
+                    c.restart_scope.cancel()
+                return
+            c.manually_stopped = True
+            with contextlib.suppress(RuntimeFailure):
+                await self.deps.runtime.kill(c.id, sig)
+            self.runner.event(c, "kill", signal=str(sig))
+            if sig == signal.SIGKILL:
+                if c.state.status is State.PAUSED:
+                    with contextlib.suppress(RuntimeFailure):
+                        await self.deps.runtime.resume(c.id)
+                await self._wait_live_exit(c, None)
+
+    async def pause(self, c: Container) -> None:
+        async with c.lock:
+            require(c.state.status, "pause", c.id)
+            await self.deps.runtime.pause(c.id)
+            c.state.status = State.PAUSED
+            await self.deps.save(c)
+            c.notify()
+        self.runner.event(c, "pause")
+
+    async def unpause(self, c: Container) -> None:
+        async with c.lock:
+            require(c.state.status, "unpause", c.id)
+            await self.deps.runtime.resume(c.id)
+            c.state.status = State.RUNNING
+            await self.deps.save(c)
+            c.notify()
+        self.runner.event(c, "unpause")
+
+    async def rename(self, c: Container, new: str) -> None:
+        if not new:
+            raise InvalidParameter("Neither old nor new names may be empty")
+        full = check_name(new)
+        async with self._names_lock:
+            require(c.state.status, "rename", c.id)
+            if full == c.name:
+                raise Conflict(f"Renaming a container with the same name as its current name "
+                               f"({full}) is not allowed")
+            if full in self.names:
+                raise self._name_taken(full)
+            old = c.name
+            c.name = full
+            self.names[full] = c.id
+            self.names.pop(old, None)
+            try:
+                await self.deps.save(c)
+            except BaseException:
+                c.name = old
+                self.names[old] = c.id
+                self.names.pop(full, None)
+                raise
+        self.runner.event(c, "rename", oldName=old)
+
+    async def remove(self, c: Container, *, force: bool) -> None:
+        async with c.lock:
+            require(c.state.status, "force_remove" if force else "remove", c.id)
+            if c.state.status in RUNNING_STATES:
+                c.manually_stopped = True
+                if c.restart_scope is not None:
+                    c.restart_scope.cancel()
+                await self._signal(c, signal.SIGKILL)
+                await self._wait_live_exit(c, None)
+            c.state.status = State.REMOVING
+            await self.deps.save(c)
+            c.notify()
+            await self._finish_remove(c)
+
+    async def _finish_remove(self, c: Container) -> None:
+        with trio.CancelScope(shield=True):
+            await self.runner.teardown(c)
+            await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
+            await self.deps.delete(c)
+            self.containers.pop(c.id, None)
+            if self.names.get(c.name) == c.id:
+                del self.names[c.name]
+            c.notify()
+        self.runner.event(c, "destroy")
+
+    async def stop_all(self, timeout: float) -> None:
+        """Daemon shutdown: every running container gets its stop signal, then SIGKILL."""
+        async def one(c: Container) -> None:
+            async with c.lock:
+                if c.state.status in RUNNING_STATES:
+                    was_manual = c.manually_stopped
+                    await self._stop_locked(c, timeout)
+                    c.manually_stopped = was_manual  # a shutdown is not a user's stop
+                    await self.deps.save(c)
+
+        async with trio.open_nursery() as nursery:
+            for c in list(self.containers.values()):
+                nursery.start_soon(one, c)
+
+    async def apply_start_host_config(self, c: Container, hc: HostConfigBody) -> None:
+        """HostConfig sent with start (clients before v1.24): validated and applied before
+        the first start, as dockerd does; ignored once the container has run."""
+        if c.has_been_started or c.state.status is not State.CREATED:
+            return
+        c.warnings = check_host_config(hc, self.knobs)
+        for bind in hc.Binds or []:
+            parse_bind(bind)
+        c.host_config = host_config_record(hc)
+        await self.deps.save(c)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def sizes(self, c: Container) -> tuple[int, int]:
+        """(SizeRw, SizeRootFs): bytes in the upper dir, and those plus the image's."""
+        rw = await trio.to_thread.run_sync(_tree_size, c.upper_dir)
+        image = self.deps.images.images.get(c.image_id)
+        return rw, rw + (image.size if image is not None else 0)
+
+    def all(self) -> Iterable[Container]:
+        return self.containers.values()
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """(all, running, paused, stopped) for /info."""
+        running = sum(1 for c in self.containers.values() if c.state.status in (
+            State.RUNNING, State.RESTARTING))
+        paused = sum(1 for c in self.containers.values() if c.state.status is State.PAUSED)
+        total = len(self.containers)
+        return total, running, paused, total - running - paused
