@@ -11,6 +11,7 @@ Reads and writes of cgroupfs files are short synchronous calls; only ``freeze``/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Callable
@@ -90,13 +91,16 @@ class Knobs:
 
     available: frozenset[str]
     kernel_memory_effective: bool  # writes to memory.kmem.limit_in_bytes take effect
+    bfq_in_use: bool = False  # some block device has the BFQ scheduler selected
 
     def has(self, knob: str) -> bool:
         return knob in self.available
 
     @property
     def blkio_weight(self) -> bool:
-        return self.has("blkio.weight") or self.has("blkio.bfq.weight")
+        """A weight has an effect: CFQ's ``blkio.weight``, or BFQ's on a device using BFQ
+        (the knob exists whenever the module is loaded, even if no device uses it)."""
+        return self.has("blkio.weight") or (self.has("blkio.bfq.weight") and self.bfq_in_use)
 
     @property
     def missing(self) -> list[str]:
@@ -313,9 +317,22 @@ class CgroupV1:
                     kmem = _int(self.read("memory", name, "memory.kmem.limit_in_bytes")) == 64 << 20
                 except OSError:
                     kmem = False
-            return Knobs(frozenset(available), kmem)
+            return Knobs(frozenset(available), kmem, bfq_in_use())
         finally:
             self.remove(name)
+
+
+def bfq_in_use(block: Path = Path("/sys/block")) -> bool:
+    """Whether any block device has BFQ as its selected I/O scheduler."""
+    try:
+        devices = list(block.iterdir())
+    except OSError:
+        return False
+    for dev in devices:
+        with contextlib.suppress(OSError):
+            if "[bfq]" in (dev / "queue" / "scheduler").read_text():
+                return True
+    return False
 
 
 def system_cpu_usage(proc_stat: Path = Path("/proc/stat")) -> int:
