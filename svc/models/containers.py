@@ -290,3 +290,8 @@ class UpdateBody(WireModel):
 
 class UpdateResponse(WireModel):
     Warnings: list[str] = Field(default_factory=list)
+
+
+class TopResponse(WireModel):
+    Titles: list[str]
+    Processes: list[list[str]]

@@ -258,6 +258,20 @@ class Runc:
         """
         await self._run("resume", container_id)
 
+    async def update(self, container_id: str, resources: dict[str, Any]) -> None:
+        """``runc update --resources``: apply an OCI ``linux.resources`` object to the live
+        cgroups (the limits it names; others are kept).
+
+        Cancellation: runc is killed; some of the limits may have been applied.
+        """
+        fd, path = tempfile.mkstemp(prefix=".svc-update-", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(resources, f)
+            await self._run("update", "--resources", path, container_id)
+        finally:
+            os.unlink(path)
+
     async def delete(self, container_id: str, *, force: bool = False) -> None:
         """Remove runc's state and the container's cgroups; ``force`` kills a running one first.
 

@@ -17,7 +17,15 @@ from svc.engine.container_list import FILTERS, select
 from svc.engine.container_logs import log_stream
 from svc.engine.containers import ContainerService
 from svc.errors import InvalidParameter
-from svc.models.containers import CreateBody, CreateResponse, HostConfigBody, WaitResponse
+from svc.models.containers import (
+    CreateBody,
+    CreateResponse,
+    HostConfigBody,
+    TopResponse,
+    UpdateBody,
+    UpdateResponse,
+    WaitResponse,
+)
 from svc.wire.timefmt import parse_timestamp_ns
 
 bp = Blueprint("containers", __name__)
@@ -137,6 +145,32 @@ async def remove(ref: str) -> Response:
     del volumes  # anonymous volumes arrive with the volume support; binds are never removed
     await containers().remove(c, force=force)
     return no_content()
+
+
+@bp.post("/containers/<ref>/update")
+async def update(ref: str) -> Response:
+    c = _ctr(ref)
+    body = await json_body(UpdateBody)
+    assert body is not None
+    warnings = await containers().update(c, body, restart_policy=api_version() >= (1, 23))
+    return json_response(UpdateResponse(Warnings=warnings))
+
+
+@bp.get("/containers/<ref>/top")
+async def top(ref: str) -> Response:
+    c = _ctr(ref)
+    titles, rows = await containers().top(c, qstr("ps_args") or "-ef")
+    return json_response(TopResponse(Titles=titles, Processes=rows))
+
+
+@bp.post("/containers/<ref>/resize")
+async def resize(ref: str) -> Response:
+    c = _ctr(ref)
+    height, width = qint("h"), qint("w")
+    if height is None or width is None:
+        raise InvalidParameter("resize needs both h and w (characters)")
+    await containers().resize(c, height, width)
+    return Response(b"", status=200, content_type="text/plain")
 
 
 @bp.post("/containers/<ref>/wait")
