@@ -82,6 +82,7 @@ class Container:
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
+    fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
 
     @property
     def short_id(self) -> str:
@@ -118,6 +119,10 @@ class Container:
     @property
     def work_dir(self) -> Path:
         return self.dir / "fs" / "work"
+
+    @property
+    def init_dir(self) -> Path:
+        return self.dir / "fs" / "init"
 
     @property
     def rootfs(self) -> Path:

@@ -213,12 +213,9 @@ class Runner:
             return None
         for d in (c.upper_dir, c.work_dir, c.rootfs):
             d.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_init_layer(c.init_dir)
         lower = self.d.images.layers.lower_dirs(chain[-1]) if chain else []
-        if not lower:  # an image without layers: overlay needs a lower dir
-            empty = c.dir / "fs" / "empty"
-            empty.mkdir(exist_ok=True)
-            lower = [str(empty)]
-        return lower
+        return [str(c.init_dir), *lower]
 
     async def teardown(self, c: Container) -> None:
         """Remove runc's state (and so the cgroup) and unmount the rootfs. Idempotent."""
@@ -227,8 +224,12 @@ class Runner:
         cgroup = self.cgroup_of(c)
         if self.d.cgroups.exists(cgroup):
             await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
-        await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
+        if c.fs_users == 0:  # else the last archive reader unmounts
+            await self.unmount(c)
         await trio.to_thread.run_sync(shutil.rmtree, self.bundle_dir(c), True)
+
+    async def unmount(self, c: Container) -> None:
+        await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
 
     # -- supervision ------------------------------------------------------------------------
 
@@ -344,6 +345,24 @@ class Runner:
                 c.notify()
                 return
             self.event(c, "restart")
+
+
+# Mount points runc needs, present in a lower layer so that they never show up in the
+# container's changes, export or commit (moby's "-init" layer).
+INIT_DIRS = ("dev", "dev/pts", "dev/shm", "dev/mqueue", "proc", "sys", "etc")
+INIT_FILES = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "dev/console", ".dockerenv")
+
+
+def make_init_layer(path: Path) -> None:
+    """Blocking; idempotent (a marker beside the layer says it is complete)."""
+    done = path.with_name(path.name + ".done")
+    if done.exists():
+        return
+    for d in INIT_DIRS:
+        (path / d).mkdir(parents=True, exist_ok=True, mode=0o755)
+    for f in INIT_FILES:
+        (path / f).touch(mode=0o644 if not f.startswith("dev/") else 0o600)
+    done.touch()
 
 
 def _open_log(c: Container) -> JsonLogWriter | None:

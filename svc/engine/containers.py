@@ -29,9 +29,11 @@ from svc.engine.container_config import (
     stop_signal,
 )
 from svc.engine.container_files import check_dns, check_extra_hosts
+from svc.engine.container_fs import ContainerFS
 from svc.engine.container_run import Runner, RunnerDeps
 from svc.engine.container_spec import parse_bind, resources
 from svc.engine.container_state import State, require
+from svc.engine.images import Image
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
 from svc.runtime.cgroups import Knobs
@@ -85,6 +87,7 @@ class ContainerService:
         self.deps = deps
         self.knobs = knobs
         self.runner = Runner(deps)
+        self.fs = ContainerFS(self.runner, deps.images)
         self.containers: dict[str, Container] = {}
         self.names: dict[str, str] = {}  # "/name" -> id
         self._names_lock = trio.Lock()
@@ -478,6 +481,22 @@ class ContainerService:
             raise InvalidParameter(f"invalid size {height}x{width}")
         c.live.console.resize(height, width)
         self.runner.event(c, "resize", height=str(height), width=str(width))
+
+    async def commit(self, c: Container, *, repo: str, tag: str, comment: str, author: str,
+                     pause: bool, changes: list[str], config: dict[str, Any] | None) -> Image:
+        """``docker commit``: a new image from the container's changes, optionally named."""
+        images = self.deps.images
+        ref = images.tag_reference(repo, tag or None) if repo else None
+        if ref is None and tag:
+            raise InvalidParameter("commit: a tag needs a repository (repo)")
+        image = await self.fs.commit(c, repo_config=config, changes=changes, comment=comment,
+                                     author=author, pause=pause)
+        if ref is not None:
+            async with images.lock:
+                await images.add_ref(image, ref, force=True)
+        attrs = {"comment": comment} if comment else {}
+        self.runner.event(c, "commit", **attrs)
+        return image
 
     # -- queries ----------------------------------------------------------------------------
 

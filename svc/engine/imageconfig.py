@@ -172,3 +172,40 @@ def diff_ids_of(config: Mapping[str, Any]) -> list[str]:
                                             for i in ids):
         raise InvalidParameter("invalid image config: rootfs.diff_ids must be sha256 digests")
     return list(ids)
+
+
+def commit_config(image: Mapping[str, Any], container_config: Mapping[str, Any], *,
+                  container_id: str, diff_id: str, created_ns: int, comment: str, author: str,
+                  changes: Iterable[str], overrides: Mapping[str, Any] | None,
+                  empty_layer: bool) -> bytes:
+    """The config of ``docker commit``: the container's configuration (with ``overrides``
+    from the request body, then the ``changes`` instructions) over the image's history and
+    layers plus the new one (moby ``daemon.Commit``)."""
+    cfg = normalize_container_config(container_config)
+    for key, value in (overrides or {}).items():
+        if value not in (None, "", [], {}) and key in cfg:
+            cfg[key] = value
+    cfg = apply_changes(cfg, changes)
+    created = rfc3339_nano(created_ns)
+    history = list(image.get("history") or [])
+    entry: dict[str, Any] = {"created": created}
+    if author:
+        entry["author"] = author
+    cmd = container_config.get("Cmd") or []
+    entry["created_by"] = " ".join([*(container_config.get("Entrypoint") or []), *cmd])
+    if comment:
+        entry["comment"] = comment
+    if empty_layer:
+        entry["empty_layer"] = True
+    history.append(entry)
+    rootfs = image.get("rootfs") or {}
+    diff_ids = list(rootfs.get("diff_ids") or [])
+    if not empty_layer:
+        diff_ids.append(diff_id)
+    doc = {"architecture": image.get("architecture") or "amd64", "author": author,
+           "comment": comment, "config": cfg, "container": container_id,
+           "container_config": normalize_container_config(container_config),
+           "created": created, "docker_version": f"svc-{SVC_VERSION}", "history": history,
+           "os": image.get("os") or "linux",
+           "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    return encode_config(doc)

@@ -295,3 +295,16 @@ class UpdateResponse(WireModel):
 class TopResponse(WireModel):
     Titles: list[str]
     Processes: list[list[str]]
+
+
+class CopyBody(WireModel):
+    Resource: str = ""
+
+
+class ChangeEntry(WireModel):
+    Path: str
+    Kind: int
+
+
+class CommitResponse(WireModel):
+    Id: str

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from quart import Blueprint, Response, request
 
 from svc.api import container_shapes as shapes
 from svc.api.detachkeys import parse_detach_keys
+from svc.api.errors import json_errors
 from svc.api.params import json_body, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody
 from svc.api.versioning import api_version
 from svc.engine.container import Container
+from svc.engine.container_fs import path_stat_header
 from svc.engine.container_list import FILTERS, select
 from svc.engine.container_logs import log_stream
 from svc.engine.containers import ContainerService
 from svc.errors import InvalidParameter
 from svc.models.containers import (
+    ChangeEntry,
+    CommitResponse,
+    ContainerConfig,
+    CopyBody,
     CreateBody,
     CreateResponse,
     HostConfigBody,
@@ -219,3 +226,96 @@ async def logs(ref: str) -> Response:
     chunks = log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
                         timestamps=qbool("timestamps"), follow=qbool("follow"))
     return Response(StreamBody(chunks, lambda: None), status=200, content_type=RAW_STREAM)
+
+
+# -- filesystem -----------------------------------------------------------------------------
+
+
+@bp.get("/containers/<ref>/changes")
+async def changes(ref: str) -> Response:
+    c = _ctr(ref)
+    return json_response([ChangeEntry.model_validate(x).model_dump() for x in
+                          await containers().fs.changes(c)])
+
+
+@bp.get("/containers/<ref>/export")
+async def export(ref: str) -> Response:
+    c = _ctr(ref)
+    chunks = containers().fs.export(c)
+    await chunks.__anext__()  # started: errors before this are the status code
+    return Response(StreamBody(chunks, lambda: None), status=200,
+                    content_type="application/octet-stream")
+
+
+@bp.route("/containers/<ref>/archive", methods=["HEAD"])
+@json_errors
+async def archive_head(ref: str) -> Response:
+    c = _ctr(ref)
+    info = await containers().fs.stat(c, _archive_path())
+    return Response(b"", status=200, headers=_stat_headers(info))
+
+
+@bp.get("/containers/<ref>/archive")
+@json_errors
+async def archive_get(ref: str) -> Response:
+    c = _ctr(ref)
+    chunks, info = await _tar_of(c, _archive_path())
+    return Response(StreamBody(chunks, lambda: None), status=200,
+                    content_type="application/x-tar", headers=_stat_headers(info))
+
+
+@bp.put("/containers/<ref>/archive")
+@json_errors
+async def archive_put(ref: str) -> Response:
+    c = _ctr(ref)
+    path = _archive_path()
+    await containers().fs.put(c, path, request.body,
+                              no_overwrite_dir_non_dir=qbool("noOverwriteDirNonDir"))
+    return Response(b"", status=200)
+
+
+@bp.post("/containers/<ref>/copy")
+async def copy(ref: str) -> Response:
+    c = _ctr(ref)
+    body = await json_body(CopyBody)
+    assert body is not None
+    if not body.Resource:
+        raise InvalidParameter("Path cannot be empty")
+    chunks, _info = await _tar_of(c, body.Resource)
+    return Response(StreamBody(chunks, lambda: None), status=200,
+                    content_type="application/x-tar")
+
+
+async def _tar_of(c: Container, path: str) -> tuple[AsyncIterator[bytes], dict[str, Any]]:
+    """The tar's chunks and the path status (a missing path raises before any byte)."""
+    stream = containers().fs.get(c, path)
+    info = await stream.__anext__()
+    assert isinstance(info, dict)
+    return stream, info  # type: ignore[return-value]
+
+
+def _archive_path() -> str:
+    path = qstr("path") or ""
+    if not path:
+        raise InvalidParameter("Path cannot be empty")
+    return path
+
+
+def _stat_headers(info: dict[str, Any]) -> dict[str, str]:
+    encoded = path_stat_header(info)
+    return {"X-Svc-Container-Path-Stat": encoded, "X-Docker-Container-Path-Stat": encoded}
+
+
+@bp.post("/commit")
+async def commit() -> Response:
+    ref = qstr("container") or ""
+    if not ref:
+        raise InvalidParameter("commit needs the container parameter")
+    c = _ctr(ref)
+    body = await json_body(ContainerConfig, required=False)
+    image = await containers().commit(
+        c, repo=qstr("repo") or "", tag=qstr("tag") or "", comment=qstr("comment") or "",
+        author=qstr("author") or "", pause=qbool("pause", True),
+        changes=request.args.getlist("changes"),
+        config=body.model_dump(exclude_defaults=True) if body is not None else None)
+    return json_response(CommitResponse(Id=image.id), status=201)

@@ -1,0 +1,301 @@
+"""A container's filesystem: changes, export, archive (stat/get/put), copy, and commit.
+
+Reads and writes of paths go through ``svc.storage.chroot_archive`` run as a child chrooted
+into the container's root: ``/proc/<pid>/root`` for a running container (so its bind mounts
+are seen as it sees them), the overlay mounted for the duration otherwise. Symlinks therefore
+resolve inside the container, never on the host.
+
+Cancellation: a cancelled stream kills the child; a half-done ``put`` leaves what it had
+extracted (as an interrupted ``docker cp`` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine import imageconfig
+from svc.engine.container import Container
+from svc.engine.container_run import Runner
+from svc.engine.container_state import State
+from svc.engine.images import Image, ImageService
+from svc.errors import Forbidden, InvalidParameter, NotFound, SvcError
+from svc.storage.layerproduce import produce_layer
+from svc.storage.tarformat import OPAQUE_XATTR
+
+HELPER = [sys.executable, "-m", "svc.storage.chroot_archive"]
+READ = 1 << 16
+KINDS: dict[str, type[SvcError]] = {"not_found": NotFound, "invalid": InvalidParameter,
+                                    "forbidden": Forbidden}
+
+
+def _error(stderr: bytes, fallback: str) -> SvcError:
+    for line in stderr.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            doc = json.loads(line)
+            return KINDS.get(doc["kind"], InvalidParameter)(str(doc["message"]))
+    return InvalidParameter(fallback + (": " + stderr.decode(errors="replace").strip()
+                                        if stderr.strip() else ""))
+
+
+class ContainerFS:
+    def __init__(self, runner: Runner, images: ImageService) -> None:
+        self.runner = runner
+        self.images = images
+
+    @asynccontextmanager
+    async def root(self, c: Container) -> AsyncIterator[str]:
+        """The directory to chroot into while the block runs. A stopped container's overlay
+        is mounted for the block (and unmounted by the last user, unless it started)."""
+        live = c.live
+        if live is not None and c.state.status in (State.RUNNING, State.PAUSED):
+            yield f"/proc/{live.pid}/root"
+            return
+        if c.state.status is State.REMOVING:
+            raise NotFound(f"No such container: {c.id}")
+        c.fs_users += 1
+        try:
+            await self.runner.mount(c)
+            yield str(c.rootfs)
+        finally:
+            c.fs_users -= 1
+            if c.fs_users == 0 and c.live is None:
+                with trio.CancelScope(shield=True):
+                    await self.runner.unmount(c)
+
+    # -- archive ----------------------------------------------------------------------------
+
+    async def stat(self, c: Container, path: str) -> dict[str, Any]:
+        async with self.root(c) as root:
+            result = await trio.run_process([*HELPER, "stat", root, path], capture_stdout=True,
+                                            capture_stderr=True, check=False)
+        if result.returncode != 0:
+            raise _error(result.stderr, f"cannot stat {path}")
+        return dict(json.loads(result.stdout))
+
+    async def get(self, c: Container, path: str) -> AsyncIterator[dict[str, Any] | bytes]:
+        """An async generator: first the path status (errors are raised by that first step,
+        before anything is sent), then the tar's chunks."""
+        async with self.root(c) as root, _helper("get", root, path) as proc:
+            first, rest = await _first_line(proc)
+            if first is None:
+                await proc.wait()
+                raise _error(await _read_all(proc.stderr), f"cannot read {path}")
+            yield dict(json.loads(first))
+            async for chunk in _chunks(proc, rest):
+                yield chunk
+
+    async def export(self, c: Container) -> AsyncIterator[bytes]:
+        """An async generator: ``b""`` once the export has started, then the tar's chunks."""
+        async with self.root(c) as root, _helper("export", root) as proc:
+            yield b""
+            async for chunk in _chunks(proc, b""):
+                yield chunk
+        self.runner.event(c, "export")
+
+    async def put(self, c: Container, path: str, body: AsyncIterator[bytes], *,
+                  no_overwrite_dir_non_dir: bool) -> None:
+        if c.host_config.get("ReadonlyRootfs") and not _in_rw_bind(c, path):
+            raise Forbidden("container rootfs is marked read-only")
+        if _in_ro_bind(c, path):
+            raise Forbidden(f"the volume mounted at {path} is read-only")
+        args = ["--no-overwrite-dir-non-dir"] if no_overwrite_dir_non_dir else []
+        async with self.root(c) as root, _helper("put", root, path, *args,
+                                                 stdin=True) as proc:
+            assert proc.stdin is not None
+            try:
+                async for chunk in body:
+                    await proc.stdin.send_all(chunk)
+            except trio.BrokenResourceError:
+                pass  # the helper stopped reading: its exit status says why
+            finally:
+                await proc.stdin.aclose()
+            stderr = await _read_all(proc.stderr)
+            code = await proc.wait()
+        if code != 0:
+            raise _error(stderr, f"cannot extract into {path}")
+
+    # -- changes, commit --------------------------------------------------------------------
+
+    async def changes(self, c: Container) -> list[dict[str, Any]]:
+        image = self.images.images.get(c.image_id)
+        lowers = [c.init_dir] + ([self.images.layers.root / d for d in
+                                  self.images.layers.lower_dirs(image.chain[-1])]
+                                 if image is not None and image.chain else [])
+        return await trio.to_thread.run_sync(upper_changes, c.upper_dir, lowers)
+
+    async def commit(self, c: Container, *, repo_config: dict[str, Any] | None,
+                     changes: list[str], comment: str, author: str,
+                     pause: bool) -> Image:
+        """A new image: the container's image plus a layer made from its upper dir."""
+        image = self.images.images.get(c.image_id)
+        if image is None:
+            raise NotFound(f"the image {c.image_id} of container {c.id} is gone")
+        paused_here = False
+        if pause and c.state.status is State.RUNNING:
+            await self.runner.d.runtime.pause(c.id)
+            paused_here = True
+        try:
+            staged_file = await trio.to_thread.run_sync(_produce_to_temp, c.upper_dir,
+                                                        self.images.layers.root)
+        finally:
+            if paused_here:
+                await self.runner.d.runtime.resume(c.id)
+        try:
+            parent = image.chain[-1] if image.chain else None
+            with open(staged_file, "rb") as f:  # noqa: ASYNC230 - opened here, read in a thread
+                async with self.images.layer_lock:
+                    layer = await trio.to_thread.run_sync(self.images.layers.register, f, parent)
+                    self.images.pins[layer.chain_id] += 1
+        finally:
+            await trio.to_thread.run_sync(os.unlink, staged_file)
+        chain = [*image.chain, layer.chain_id]
+        try:
+            config = imageconfig.commit_config(
+                image.config, c.config, container_id=c.id, diff_id=layer.diff_id,
+                created_ns=time.time_ns(), comment=comment, author=author, changes=changes,
+                overrides=repo_config, empty_layer=False)
+            async with self.images.lock:
+                new = await self.images.commit_image(config, chain, image.id)
+        finally:
+            await self.images.release_layers([layer.chain_id])
+        return new
+
+
+def _produce_to_temp(upper: Path, tmp_dir: Path) -> str:
+    fd, name = tempfile.mkstemp(prefix="tmp-commit-", dir=tmp_dir)
+    with os.fdopen(fd, "wb") as out:
+        produce_layer(upper, out)
+    return name
+
+
+def _in_bind(c: Container, path: str) -> tuple[bool, bool]:
+    """(inside a bind, that bind is read-only) for an absolute container path."""
+    p = "/" + path.strip("/")
+    for bind in c.host_config.get("Binds") or []:
+        parts = bind.split(":")
+        dest = "/" + parts[1].strip("/")
+        if p == dest or p.startswith(dest + "/"):
+            return True, "ro" in (parts[2] if len(parts) > 2 else "").split(",")
+    return False, False
+
+
+def _in_rw_bind(c: Container, path: str) -> bool:
+    inside, ro = _in_bind(c, path)
+    return inside and not ro
+
+
+def _in_ro_bind(c: Container, path: str) -> bool:
+    inside, ro = _in_bind(c, path)
+    return inside and ro
+
+
+def path_stat_header(info: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(info).encode()).decode()
+
+
+@asynccontextmanager
+async def _helper(*args: str, stdin: bool = False) -> AsyncIterator[trio.Process]:
+    proc = await trio.lowlevel.open_process(
+        [*HELPER, *args], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    await stream.aclose()
+
+
+async def _read_all(stream: trio.abc.ReceiveStream | None) -> bytes:
+    if stream is None:
+        return b""
+    out = bytearray()
+    while chunk := await stream.receive_some(READ):
+        out += chunk
+    return bytes(out)
+
+
+async def _first_line(proc: trio.Process) -> tuple[bytes | None, bytes]:
+    assert proc.stdout is not None
+    buf = bytearray()
+    while b"\n" not in buf:
+        chunk = await proc.stdout.receive_some(READ)
+        if not chunk:
+            return None, b""
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    return line, rest
+
+
+async def _chunks(proc: trio.Process, first: bytes) -> AsyncIterator[bytes]:
+    assert proc.stdout is not None
+    if first:
+        yield first
+    while chunk := await proc.stdout.receive_some(READ):
+        yield bytes(chunk)
+    code = await proc.wait()
+    if code not in (0,):
+        stderr = await _read_all(proc.stderr)
+        raise _error(stderr, "reading the container's files failed")
+
+
+def upper_changes(upper: Path, lowers: list[Path]) -> list[dict[str, Any]]:
+    """Kind 0 (modified), 1 (added), 2 (deleted) for each path in the upper dir (blocking)."""
+    out: list[dict[str, Any]] = []
+    for dirpath, dirs, files in os.walk(upper):
+        rel_dir = os.path.relpath(dirpath, upper)
+        for name in sorted(dirs + files):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                out.append({"Path": "/" + rel, "Kind": 2})
+                continue
+            kind = 0 if _in_lowers(rel, lowers) else 1
+            out.append({"Path": "/" + rel, "Kind": kind})
+        dirs.sort()
+    out.sort(key=lambda ch: ch["Path"])
+    return out
+
+
+def _in_lowers(rel: str, lowers: list[Path]) -> bool:
+    parts = rel.split("/")
+    for lower in lowers:
+        try:
+            st = os.lstat(lower / rel)
+        except (FileNotFoundError, NotADirectoryError):
+            if _opaque_above(lower, parts):
+                return False
+            continue
+        return not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0)
+    return False
+
+
+def _opaque_above(lower: Path, parts: list[str]) -> bool:
+    cur = lower
+    for part in parts[:-1]:
+        cur = cur / part
+        try:
+            if os.getxattr(cur, OPAQUE_XATTR, follow_symlinks=False) == b"y":
+                return True
+        except OSError:
+            continue
+    return False
