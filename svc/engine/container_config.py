@@ -202,6 +202,8 @@ def check_host_config(hc: HostConfigBody, knobs: Knobs | None, *,
 
 def _check_restart_policy(hc: HostConfigBody) -> None:
     rp = hc.RestartPolicy
+    if hc.AutoRemove and rp.Name not in ("", "no"):
+        raise InvalidParameter("can't create 'AutoRemove' container with restart policy")
     if rp.Name not in RESTART_POLICIES:
         raise InvalidParameter(f"invalid restart policy {rp.Name}")
     if rp.MaximumRetryCount < 0:

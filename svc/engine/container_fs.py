@@ -57,12 +57,13 @@ class ContainerFS:
         self.images = images
 
     @asynccontextmanager
-    async def root(self, c: Container) -> AsyncIterator[str]:
-        """The directory to chroot into while the block runs. A stopped container's overlay
-        is mounted for the block (and unmounted by the last user, unless it started)."""
+    async def root(self, c: Container, *, process_view: bool = True) -> AsyncIterator[str]:
+        """The directory to chroot into while the block runs: a running container's root as
+        its processes see it (bind mounts included) with ``process_view``, else its overlay
+        (mounted for the block if it is stopped, and unmounted by the last user)."""
         live = c.live
         if live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-            yield f"/proc/{live.pid}/root"
+            yield f"/proc/{live.pid}/root" if process_view else str(c.rootfs)
             return
         if c.state.status is State.REMOVING:
             raise NotFound(f"No such container: {c.id}")
@@ -100,7 +101,7 @@ class ContainerFS:
 
     async def export(self, c: Container) -> AsyncIterator[bytes]:
         """An async generator: ``b""`` once the export has started, then the tar's chunks."""
-        async with self.root(c) as root, _helper("export", root) as proc:
+        async with self.root(c, process_view=False) as root, _helper("export", root) as proc:
             yield b""
             async for chunk in _chunks(proc, b""):
                 yield chunk

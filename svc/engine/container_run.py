@@ -75,6 +75,7 @@ class RunnerDeps:
     facts: HostFacts
     save: Callable[[Container], Awaitable[None]]
     delete: Callable[[Container], Awaitable[None]]
+    auto_remove: Callable[[Container], Awaitable[None]]
     find_running: Callable[[str], Container]  # for NetworkMode container:<name|id>
 
 
@@ -261,6 +262,9 @@ class Runner:
                 await self.teardown(c)
                 await self._exited(c, code, oom)
                 live.exited.set()
+        if c.host_config.get("AutoRemove"):
+            await self.d.auto_remove(c)
+            return
         await self._maybe_restart(c, code)
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,

@@ -6,6 +6,7 @@ images, volumes and networks, and the nursery their long-lived tasks run in.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from svc.engine.container_spec import HostFacts
 from svc.engine.containers import ContainerService
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images import ImageService
+from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
@@ -59,6 +61,7 @@ class Engine:
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
             save=self._save_container, delete=self._delete_container,
+            auto_remove=self._auto_remove,
             find_running=lambda ref: self.containers.resolve(ref))
         self.containers = ContainerService(config.root, deps, None)
         self._nursery: trio.Nursery | None = None
@@ -106,6 +109,11 @@ class Engine:
 
     async def _save_container(self, c: Container) -> None:
         await self.save_record("containers", c.id, c.record())
+
+    async def _auto_remove(self, c: Container) -> None:
+        """``run --rm``: the container goes once it has exited."""
+        with contextlib.suppress(SvcError):
+            await self.containers.remove(c, force=True)
 
     async def _delete_container(self, c: Container) -> None:
         await self.delete_record("containers", c.id)

@@ -101,6 +101,7 @@ class HostConfigBody(WireModel):
     PidMode: str = ""
     UTSMode: str = ""
     ContainerIDFile: str = ""
+    AutoRemove: bool = False  # v1.25's field; CLI 28 sends it for "run --rm -d" at any version
 
     @field_validator("Binds", "Links", "Dns", "DnsOptions", "DnsSearch", "ExtraHosts",
                      "VolumesFrom", "CapAdd", "CapDrop", "GroupAdd", "SecurityOpt",

@@ -31,6 +31,7 @@ import stat
 import sys
 import tarfile
 from datetime import UTC, datetime
+from functools import partial
 
 GO_DIR = 1 << 31
 GO_SYMLINK = 1 << 27
@@ -115,26 +116,51 @@ def _tar_out() -> tarfile.TarFile:
                         bufsize=BUF)
 
 
+SYSTEM_DIRS = ("/proc", "/sys", "/dev")
+
+
+def _system(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
+
+
+def _skip_system(info: tarfile.TarInfo, base: str, arc_prefix: str) -> tarfile.TarInfo | None:
+    """tarfile filter: keep /proc, /sys and /dev as empty directories (their contents belong
+    to the kernel, not to the container's files)."""
+    rel = info.name[len(arc_prefix):].lstrip("/") if arc_prefix else info.name
+    full = posixpath.join(base, rel) if rel not in ("", ".") else base
+    for d in SYSTEM_DIRS:
+        if full.startswith(d + "/"):
+            return None
+    return info
+
+
 def get(path: str) -> None:
+    target, _ = resolve(path)
+    if _system(os.path.realpath(target.removesuffix("/.") or "/")):
+        raise Failure("invalid", f"cannot copy {path}: /proc, /sys and /dev hold the kernel's "
+                                 "files, not the container's")
     info = path_stat(path)
     out = sys.stdout.buffer
     out.write(json.dumps(info).encode() + b"\n")
-    target, _ = resolve(path)
     contents_only = target.endswith("/.")
     with _tar_out() as tar:
         if contents_only:
             base = target[:-2] or "/"
             for name in sorted(os.listdir(base)):
-                tar.add(posixpath.join(base, name), arcname=name)
+                src = posixpath.join(base, name)
+                tar.add(src, arcname=name, filter=partial(_skip_system, base=src,
+                                                          arc_prefix=name))
         else:
-            tar.add(target, arcname=str(info["name"]))
+            tar.add(target, arcname=str(info["name"]),
+                    filter=partial(_skip_system, base=target, arc_prefix=str(info["name"])))
     out.flush()
 
 
 def export() -> None:
     with _tar_out() as tar:
         for name in sorted(os.listdir("/")):
-            tar.add("/" + name, arcname=name)
+            tar.add("/" + name, arcname=name,
+                    filter=partial(_skip_system, base="/" + name, arc_prefix=name))
     sys.stdout.buffer.flush()
 
 

@@ -249,3 +249,16 @@ async def test_container_events(api: httpx.AsyncClient) -> None:
     assert die["Actor"]["Attributes"]["team"] == "a"
     assert die["Actor"]["Attributes"]["image"] == "busybox:latest"
     assert die["from"] == "busybox:latest" and die["status"] == "die"
+
+
+async def test_auto_remove(api: httpx.AsyncClient) -> None:
+    """HostConfig.AutoRemove (v1.25's field, honoured when a client sends it)."""
+    cid = (await create(api, ["true"], HostConfig={"AutoRemove": True}))["Id"]
+    await api.post(f"/containers/{cid}/start")
+    with trio.fail_after(10):
+        while (await api.get(f"/containers/{cid}/json")).status_code != 404:
+            await trio.sleep(0.05)
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"],
+        "HostConfig": {"AutoRemove": True, "RestartPolicy": {"Name": "always"}}})
+    assert r.status_code == 400 and "AutoRemove" in r.text
