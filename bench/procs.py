@@ -93,7 +93,8 @@ def daemon(workdir: Path) -> ServerProcess:
     sock = workdir / "svc.sock"
     argv = [PYTHON, "-m", "tests.support.testd", "-H", f"unix://{sock}",
             "--root", str(workdir / "root"), "--exec-root", str(workdir / "exec"),
-            "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file)]
+            "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file),
+            "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1"]
     return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
                          "/_ping")
 

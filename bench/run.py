@@ -26,7 +26,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import bench_events, bench_images, bench_requests, bench_rss, procs, report  # noqa: E402
+from bench import (  # noqa: E402
+    bench_containers,
+    bench_events,
+    bench_images,
+    bench_requests,
+    bench_rss,
+    procs,
+    report,
+)
 from bench.context import Benchmark, Context  # noqa: E402
 from bench.harness import REPO, Figure  # noqa: E402
 
@@ -38,6 +46,7 @@ BENCHMARKS = [
     Benchmark("ping", bench_requests.ping),
     Benchmark("version", bench_requests.version),
     Benchmark("images", bench_images.images),
+    Benchmark("containers", bench_containers.containers),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}

@@ -110,15 +110,35 @@ def command_text(c: Container) -> str:
     return " ".join([c.path, *c.args])
 
 
-def summary(c: Container, names: list[str], version: Version,
-            sizes: tuple[int, int] | None = None) -> dict[str, Any]:
+def _status(c: Container) -> str:
     st = c.state
     now = time.time_ns()
     if st.status in (State.RUNNING, State.PAUSED):
         since = human_duration((now - st.started_ns) / 1e9)
     else:
         since = human_duration((now - st.finished_ns) / 1e9) if st.finished_ns else ""
-    status = status_text(st.status, exit_code=st.exit_code, since=since)
+    return status_text(st.status, exit_code=st.exit_code, since=since)
+
+
+def summary(c: Container, names: list[str], version: Version,
+            sizes: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The list entry. Everything but Status (which ages) is cached until the container's
+    next saved change, so listing many containers costs little more than encoding them."""
+    key = ("summary", version, c.revision, tuple(names))
+    cached = c.view_cache.get(key) if sizes is None else None
+    if cached is None:
+        cached = _summary(c, names, version, sizes)
+        if sizes is None:
+            c.view_cache = {key: cached}
+    out = dict(cached)
+    out["Status"] = _status(c)
+    return out
+
+
+def _summary(c: Container, names: list[str], version: Version,
+             sizes: tuple[int, int] | None) -> dict[str, Any]:
+    st = c.state
+    status = ""
     ports = [PortBody(PrivatePort=int(p.split("/")[0]), Type=p.split("/")[1] if "/" in p
                       else "tcp")
              for p in sorted(c.config.get("ExposedPorts") or {})]

@@ -83,6 +83,8 @@ class Container:
     exec_ids: list[str] = field(default_factory=list)
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
+    revision: int = 0  # bumped by every save: lets views cache what they derive
+    view_cache: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def short_id(self) -> str:

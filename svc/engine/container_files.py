@@ -94,4 +94,5 @@ def resolv_conf(dns: list[str], search: list[str], options: list[str], *,
 
 
 def write(path: Path, data: bytes) -> None:
-    atomic_write(path, data, mode=0o644)
+    """Rewritten at every start, so not fsynced."""
+    atomic_write(path, data, mode=0o644, durable=False)

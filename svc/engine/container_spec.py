@@ -215,4 +215,4 @@ def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,
 def write_bundle(bundle: Path, spec: Spec) -> None:
     """``<bundle>/config.json`` (blocking)."""
     bundle.mkdir(parents=True, exist_ok=True, mode=0o700)
-    atomic_write(bundle / "config.json", json.dumps(spec).encode())
+    atomic_write(bundle / "config.json", json.dumps(spec).encode(), durable=False)

@@ -227,7 +227,7 @@ class ContainerService:
             self.names[full] = cid
             self.containers[cid] = c
         try:
-            await trio.to_thread.run_sync(self._make_dirs, c)
+            await trio.to_thread.run_sync(os.mkdir, c.dir, 0o710)
             await self.deps.save(c)
         except BaseException:
             self.names.pop(full, None)
@@ -237,12 +237,6 @@ class ContainerService:
             raise
         self.runner.event(c, "create")
         return c
-
-    @staticmethod
-    def _make_dirs(c: Container) -> None:
-        c.dir.mkdir(mode=0o710)
-        for d in (c.upper_dir, c.work_dir, c.rootfs):
-            d.mkdir(parents=True, mode=0o755)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -108,6 +108,7 @@ class Engine:
             return None
 
     async def _save_container(self, c: Container) -> None:
+        c.revision += 1
         await self.save_record("containers", c.id, c.record())
 
     async def _auto_remove(self, c: Container) -> None:

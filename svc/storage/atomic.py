@@ -25,8 +25,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` durably (blocking: call it from a worker thread)."""
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` (blocking: call it from a worker thread).
+
+    Readers see the old or the new content, never a mix. ``durable`` also fsyncs the file and
+    its directory, so the new content survives a power loss; files regenerated on every use
+    (a container's /etc/hosts, its OCI bundle) skip that.
+    """
     # Unique per call: concurrent writers of one record must not share a temp file.
     unique = f"{os.getpid()}-{threading.get_ident()}-{next(_counter)}"
     tmp = path.with_name(f".{path.name}{TEMP_MARK}{unique}")
@@ -36,7 +41,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -44,7 +50,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def atomic_remove(path: Path) -> bool:
