@@ -500,6 +500,10 @@ class ContainerService:
         image = self.deps.images.images.get(c.image_id)
         return rw, rw + (image.size if image is not None else 0)
 
+    def waited_pids(self) -> set[int]:
+        """Processes whose exit a supervisor waits for (never reaped by the orphan reaper)."""
+        return {c.live.pid for c in self.containers.values() if c.live is not None}
+
     def all(self) -> Iterable[Container]:
         return self.containers.values()
 

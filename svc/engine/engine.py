@@ -24,7 +24,7 @@ from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.process import host_capabilities, set_subreaper
+from svc.runtime.process import host_capabilities, reap_orphans, set_subreaper
 from svc.runtime.runc import Runc
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
@@ -91,6 +91,7 @@ class Engine:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
+            await nursery.start(reap_orphans, self.containers.waited_pids)
             await self.containers.restore(nursery)
             task_status.started()
 

@@ -10,6 +10,7 @@ be reaped: ``wait_pid`` raises ``ChildProcessError`` once it has exited.
 from __future__ import annotations
 
 import array
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -18,6 +19,7 @@ import signal
 import socket
 import struct
 import termios
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +79,43 @@ async def wait_pid(pid: int) -> int:
                 return exit_code(result)
     finally:
         os.close(fd)
+
+
+def orphan_zombies(tracked: Collection[int], proc: Path = Path("/proc")) -> list[int]:
+    """Exited children of this process that came from containers and that nobody waits for.
+
+    A subreaper inherits the orphans of a container that shares the host's pid namespace
+    (with its own namespace, the container's init adopts them). They are told apart from the
+    daemon's own children (runc, mount...) by their session: runc's init starts a new one.
+    ``tracked`` are the pids ``wait_pid`` is waiting for (container inits, execs).
+    """
+    me, my_sid = os.getpid(), os.getsid(0)
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # fields: state ppid pgrp session ...
+        if fields[0] == "Z" and int(fields[1]) == me and int(fields[3]) != my_sid:
+            pid = int(entry.name)
+            if pid not in tracked:
+                found.append(pid)
+    return found
+
+
+async def reap_orphans(tracked: Callable[[], Collection[int]], *,
+                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Reap container orphans re-parented to the daemon, on each SIGCHLD (until cancelled)."""
+    with trio.open_signal_receiver(signal.SIGCHLD) as signals:
+        task_status.started()
+        async for _ in signals:
+            await trio.sleep(0.05)  # let a burst of exits arrive together
+            for pid in await trio.to_thread.run_sync(orphan_zombies, set(tracked())):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - a zombie: returns at once
 
 
 def host_capabilities(status: Path = Path("/proc/self/status")) -> list[str]:

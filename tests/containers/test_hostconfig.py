@@ -215,3 +215,32 @@ async def test_entrypoint_and_cmd(api: httpx.AsyncClient, entry: list[str] | Non
     cid, code = await run(api, cmd or [], **fields) if cmd else await run(api, [], **fields)
     assert code == 0
     assert (await output(api, cid)).strip() == expect
+
+
+async def test_pid_host_orphans_are_reaped(api: httpx.AsyncClient, cdaemon: Daemon) -> None:
+    """With the host's pid namespace, a container's orphans are adopted by the daemon (a
+    subreaper) and must not stay zombies."""
+    cid, code = await run(api, ["sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0"],
+                          HostConfig={"PidMode": "host"})
+    assert code == 0
+    import trio
+
+    daemon_pid = cdaemon.proc.pid if cdaemon.proc else 0
+
+    def zombies() -> list[str]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rpartition(")")[2].split()
+                except OSError:
+                    continue
+                if fields[0] == "Z" and int(fields[1]) == daemon_pid:
+                    out.append(entry.name)
+        return out
+
+    with trio.fail_after(5):
+        while zombies():
+            await trio.sleep(0.1)
+    await trio.sleep(0.5)
+    assert zombies() == []

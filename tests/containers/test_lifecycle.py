@@ -262,3 +262,54 @@ async def test_auto_remove(api: httpx.AsyncClient) -> None:
         "Image": "busybox", "Cmd": ["true"],
         "HostConfig": {"AutoRemove": True, "RestartPolicy": {"Name": "always"}}})
     assert r.status_code == 400 and "AutoRemove" in r.text
+
+
+async def test_start_takes_an_empty_or_chunked_empty_body_and_old_host_config(
+        cdaemon: Daemon, api: httpx.AsyncClient) -> None:
+    from tests.support.http import connect, read_head
+
+    cid = (await create(api, ["true"]))["Id"]
+    s = await connect(cdaemon.sock)
+    await s.send_all(f"POST /containers/{cid}/start HTTP/1.1\r\nHost: svc\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "0\r\n\r\n".encode())
+    head = await read_head(s, bytearray())
+    assert head.startswith(b"HTTP/1.1 204")
+    await s.aclose()
+    # v1.21 clients send HostConfig with start: applied before the first start
+    cid = (await create(api, ["hostname"]))["Id"]
+    r = await api.post(f"/v1.21/containers/{cid}/start",
+                       json={"Memory": 32 << 20, "ExtraHosts": ["x:10.0.0.1"]})
+    assert r.status_code == 204, r.text
+    info = await inspect(api, cid)
+    assert info["HostConfig"]["Memory"] == 32 << 20
+    assert info["HostConfig"]["ExtraHosts"] == ["x:10.0.0.1"]
+
+
+async def test_wait_is_cancelled_when_the_client_goes(cdaemon: Daemon,
+                                                      api: httpx.AsyncClient) -> None:
+    from tests.support.http import connect, read_head
+
+    cid = (await create(api, ["sleep", "30"]))["Id"]
+    await api.post(f"/containers/{cid}/start")
+    for _ in range(5):
+        s = await connect(cdaemon.sock)
+        await s.send_all(f"POST /containers/{cid}/wait HTTP/1.1\r\nHost: svc\r\n\r\n".encode())
+        await read_head(s, bytearray())
+        await s.aclose()
+    await trio.sleep(0.2)
+    # the daemon is unaffected and the container still runs; a new wait still works
+    assert (await inspect(api, cid))["State"]["Running"]
+    await api.post(f"/containers/{cid}/kill")
+    with trio.fail_after(5):
+        assert (await api.post(f"/containers/{cid}/wait")).json() == {"StatusCode": 137}
+
+
+async def test_oom_event(api: httpx.AsyncClient) -> None:
+    since = str(time.time() - 1)
+    cid, _ = await run(api, ["sh", "-c", "x=$(head -c 64000000 /dev/zero | tr '\\0' a)"],
+                       HostConfig={"Memory": 8 << 20, "MemorySwap": 8 << 20})
+    r = await api.get("/events", params={"since": since, "until": str(time.time() + 1),
+                                         "filters": json.dumps({"container": [cid]})})
+    actions = [json.loads(x)["Action"] for x in r.text.splitlines()]
+    assert actions.index("oom") < actions.index("die")
