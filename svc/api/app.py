@@ -12,6 +12,7 @@ from svc.api import errors as api_errors
 from svc.api.body import BoundedRequest, HTTPConnection
 from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
+from svc.api.routes import execs as execs_routes
 from svc.api.routes import images as images_routes
 from svc.api.routes import system as system_routes
 from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
@@ -57,6 +58,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(events_routes.bp)
     app.register_blueprint(images_routes.bp)
     app.register_blueprint(containers_routes.bp)
+    app.register_blueprint(execs_routes.bp)
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)

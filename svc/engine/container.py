@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from svc.engine.attach import OutputHub
 from svc.engine.container_state import State
 
 ID_BYTES = 32
@@ -83,6 +84,7 @@ class Container:
     exec_ids: list[str] = field(default_factory=list)
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
+    hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
     revision: int = 0  # bumped by every save: lets views cache what they derive
     view_cache: dict[Any, Any] = field(default_factory=dict)
 

@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from svc.engine import container_files as files
+from svc.engine.attach import OutputHub
 from svc.engine.container import Container, Live, now_ns
 from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
 from svc.engine.container_state import State
@@ -40,6 +41,7 @@ from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
 from svc.storage.jsonlog import JsonLogWriter, parse_log_opts
 from svc.storage.securejoin import mkdir_all
+from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -86,6 +88,11 @@ class Runner:
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run a task in the engine's nursery (supervisors outlive requests)."""
+        assert self._nursery is not None, "the runner is not bound to the engine's nursery"
+        self._nursery.start_soon(fn, *args)
 
     def bundle_dir(self, c: Container) -> Path:
         return self.d.exec_root / "containers" / c.id
@@ -258,6 +265,7 @@ class Runner:
                     await pipes.aclose()
                 if live.console is not None:
                     await live.console.aclose()
+                c.hub.end_run()
                 oom = self._oom_killed(c)
                 await self.teardown(c)
                 await self._exited(c, code, oom)
@@ -277,7 +285,7 @@ class Runner:
             for stream, name in sources:
                 ev = trio.Event()
                 done.append(ev)
-                nursery.start_soon(_copy_output, stream, name, writer, ev)
+                nursery.start_soon(_copy_output, stream, name, writer, c.hub, ev)
             code = await wait_pid(live.pid)
             with trio.move_on_after(DRAIN_SECONDS):
                 for ev in done:
@@ -377,9 +385,11 @@ def _open_log(c: Container) -> JsonLogWriter | None:
     return JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
 
 
-async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None,
+async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub: OutputHub,
                        done: trio.Event) -> None:
-    """Copy one output stream to the log until EOF (a pty master reports EIO at the end)."""
+    """Copy one output stream to the log and the attached clients until EOF (a pty master
+    reports EIO at the end)."""
+    code = STDOUT if name == "stdout" else STDERR
     try:
         while True:
             try:
@@ -394,6 +404,7 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None,
                 break
             if writer is not None:
                 writer.write(name, chunk)
+            hub.publish(code, bytes(chunk))
     finally:
         if writer is not None:
             writer.flush()

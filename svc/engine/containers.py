@@ -13,13 +13,14 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from svc.engine import names as namegen
+from svc.engine.attach import SessionOptions, StdinTarget, session
 from svc.engine.container import Container, new_id, now_ns
 from svc.engine.container_config import (
     check_host_config,
@@ -30,9 +31,11 @@ from svc.engine.container_config import (
 )
 from svc.engine.container_files import check_dns, check_extra_hosts
 from svc.engine.container_fs import ContainerFS
+from svc.engine.container_logs import log_stream
 from svc.engine.container_run import Runner, RunnerDeps
 from svc.engine.container_spec import parse_bind, resources
 from svc.engine.container_state import State, require
+from svc.engine.exec import ExecService
 from svc.engine.images import Image
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
@@ -88,6 +91,7 @@ class ContainerService:
         self.knobs = knobs
         self.runner = Runner(deps)
         self.fs = ContainerFS(self.runner, deps.images)
+        self.execs = ExecService(self.runner)
         self.containers: dict[str, Container] = {}
         self.names: dict[str, str] = {}  # "/name" -> id
         self._names_lock = trio.Lock()
@@ -386,6 +390,7 @@ class ContainerService:
             await self.runner.teardown(c)
             await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
             await self.deps.delete(c)
+            self.execs.forget(c)
             self.containers.pop(c.id, None)
             if self.names.get(c.name) == c.id:
                 del self.names[c.name]
@@ -405,6 +410,39 @@ class ContainerService:
         async with trio.open_nursery() as nursery:
             for c in list(self.containers.values()):
                 nursery.start_soon(one, c)
+
+    async def attach(self, c: Container, stream: trio.abc.Stream, *, logs: bool,
+                     follow: bool, stdin: bool, stdout: bool, stderr: bool,
+                     detach_keys: bytes) -> str:
+        """Serve an attached client (see ``engine.attach``). Output is subscribed to before
+        anything else, so a client that attaches before ``start`` misses nothing."""
+        attachment = c.hub.subscribe(stdout=stdout, stderr=stderr) if follow else None
+        replay = None
+        if logs and c.log_driver() == "json-file":
+            def replay() -> AsyncIterator[bytes]:
+                return log_stream(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
+                                  timestamps=False, follow=False)
+        self.runner.event(c, "attach")
+        target = None
+        if stdin and c.config.get("OpenStdin"):
+            target = StdinTarget(get=lambda: self._stdin_of(c),
+                                 close_on_eof=bool(c.config.get("StdinOnce")) and not c.tty)
+        opts = SessionOptions(stdin=target is not None, tty=c.tty, detach_keys=detach_keys)
+        ended = await session(stream, attachment, opts, target, replay)
+        if ended == "detach":
+            self.runner.event(c, "detach")
+        return ended
+
+    async def _stdin_of(self, c: Container) -> Any:
+        """The running process's stdin (the pty for a TTY), waiting for a start."""
+        while True:
+            changed = c.changed
+            live = c.live
+            if live is not None:
+                return live.console if c.tty else live.stdin
+            if c.state.status is State.REMOVING:
+                return None
+            await changed.wait()
 
     async def apply_start_host_config(self, c: Container, hc: HostConfigBody) -> None:
         """HostConfig sent with start (clients before v1.24): validated and applied before
@@ -502,7 +540,8 @@ class ContainerService:
 
     def waited_pids(self) -> set[int]:
         """Processes whose exit a supervisor waits for (never reaped by the orphan reaper)."""
-        return {c.live.pid for c in self.containers.values() if c.live is not None}
+        inits = {c.live.pid for c in self.containers.values() if c.live is not None}
+        return inits | self.execs.waited_pids()
 
     def all(self) -> Iterable[Container]:
         return self.containers.values()

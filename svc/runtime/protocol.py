@@ -170,6 +170,10 @@ class Runtime(Protocol):
 
     async def start(self, container_id: str) -> None: ...
 
+    async def exec(self, container_id: str, process: dict[str, Any], *,
+                   stdio: StdioFds | ContainerPipes | None = None,
+                   terminal: bool = False) -> Created: ...
+
     async def kill(self, container_id: str, sig: int = signal.SIGTERM, *,
                    all: bool = False) -> None: ...
 

@@ -150,14 +150,45 @@ class Runc:
         Cancellation: runc create is killed; a half-created container may remain in runc's
         state (``delete(force=True)`` removes it) and its cgroup may remain.
         """
+        return await self._spawn("create", ["--bundle", str(bundle)], container_id,
+                                 stdio=stdio, terminal=terminal, pid_file=pid_file)
+
+    async def exec(self, container_id: str, process: dict[str, Any], *,
+                   stdio: StdioFds | ContainerPipes | None = None,
+                   terminal: bool = False) -> Created:
+        """``runc exec --detach``: start ``process`` (an OCI process object) in the running
+        container; it is re-parented to the daemon (a subreaper) once runc exits.
+
+        Returns:
+            The process's pid and, for a terminal, the pty master.
+
+        Raises:
+            RuntimeFailure: runc failed (no such binary, the container is not running...).
+
+        Cancellation: runc is killed; the process may or may not have started.
+        """
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, proc_path = tempfile.mkstemp(prefix=".svc-process-", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(process, f)
+            return await self._spawn("exec", ["--detach", "--process", proc_path],
+                                     container_id, stdio=stdio, terminal=terminal)
+        finally:
+            os.unlink(proc_path)
+
+    async def _spawn(self, command: str, args: list[str], container_id: str, *,
+                     stdio: StdioFds | ContainerPipes | None, terminal: bool,
+                     pid_file: Path | None = None) -> Created:
+        """``runc create`` or ``runc exec --detach``: its pid (from ``--pid-file``), the pty
+        master for a terminal, runc's messages from ``--log``."""
         if terminal and stdio is not None:
-            raise ValueError("a terminal container takes no stdio descriptors")
+            raise ValueError("a terminal process takes no stdio descriptors")
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         token = secrets.token_hex(6)
         log_path = self.root / f".svc-{token}.log"
         pid_path = pid_file or self.root / f".svc-{token}.pid"
-        argv = self._argv("--log", str(log_path), "create", "--bundle", str(bundle),
-                          "--pid-file", str(pid_path))
+        argv = self._argv("--log", str(log_path), command, *args, "--pid-file", str(pid_path))
         try:
             if terminal:
                 code, master = await self._create_with_console(argv, container_id)
@@ -168,7 +199,7 @@ class Runc:
             if code != 0:
                 if master is not None:
                     os.close(master)
-                raise failure("create", code, text)
+                raise failure(command, code, text)
             _log_warnings(text)
             pid = int(_read_text(pid_path).strip() or 0)
         finally:

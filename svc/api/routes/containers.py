@@ -8,8 +8,10 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from svc.api import container_shapes as shapes
+from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
 from svc.api.detachkeys import parse_detach_keys
 from svc.api.errors import json_errors
+from svc.api.hijack import hijack
 from svc.api.params import json_body, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody
@@ -152,6 +154,21 @@ async def remove(ref: str) -> Response:
     del volumes  # anonymous volumes arrive with the volume support; binds are never removed
     await containers().remove(c, force=force)
     return no_content()
+
+
+@bp.post("/containers/<ref>/attach")
+async def attach(ref: str) -> Response:
+    c = _ctr(ref)
+    keys = parse_detach_keys(qstr("detachKeys") or DEFAULT_KEYS)
+    logs, stream = qbool("logs"), qbool("stream")
+    stdin, stdout, stderr = qbool("stdin"), qbool("stdout"), qbool("stderr")
+    raw = await hijack(request)
+    try:
+        await containers().attach(c, raw, logs=logs, follow=stream, stdin=stdin,
+                                  stdout=stdout, stderr=stderr, detach_keys=keys)
+    finally:
+        await raw.aclose()
+    return Response(b"")
 
 
 @bp.post("/containers/<ref>/update")

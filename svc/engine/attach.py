@@ -1,0 +1,219 @@
+"""Attaching clients to a process's output and stdin (containers and exec instances).
+
+``OutputHub``: each container (and exec instance) has one. The supervisor publishes every
+chunk the process writes; each attached client is an ``Attachment`` with its own queue. The
+policy for a slow client: its queue may hold ``ATTACH_BUFFER`` bytes; a client that falls
+further behind is cut off (its stream ends with a note on stderr), so it never slows the
+container, the log or the other clients.
+
+``session`` runs one attached client over any trio stream (a hijacked connection, a
+websocket adapter): output frames (stdcopy without a TTY, raw with one) coalesced into large
+writes, stdin copied to the process with the detach keys watched for, half-close handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
+
+ATTACH_BUFFER = 4 << 20
+WRITE_COALESCE = 1 << 20  # at most this much is joined into one write
+DEFAULT_DETACH_KEYS = b"\x10\x11"  # ctrl-p, ctrl-q
+
+
+class Attachment:
+    """One client's queue of (stream, bytes) chunks."""
+
+    def __init__(self, hub: OutputHub, stdout: bool, stderr: bool) -> None:
+        self.hub = hub
+        self.wants = {STDOUT: stdout, STDERR: stderr}
+        self.chunks: deque[tuple[int, bytes]] = deque()
+        self.size = 0
+        self.ended = False
+        self.overflowed = False
+        self._wake = trio.Event()
+
+    def push(self, stream: int, data: bytes) -> None:
+        if self.ended or not self.wants.get(stream):
+            return
+        if self.size + len(data) > ATTACH_BUFFER:
+            self.overflowed = True
+            self.end()
+            return
+        self.chunks.append((stream, data))
+        self.size += len(data)
+        self._wake.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._wake.set()
+
+    async def take(self) -> list[tuple[int, bytes]] | None:
+        """Everything queued (at least one chunk); None once the stream has ended."""
+        while not self.chunks:
+            if self.ended:
+                return None
+            self._wake = trio.Event()
+            await self._wake.wait()
+        out = []
+        size = 0
+        while self.chunks and size < WRITE_COALESCE:
+            item = self.chunks.popleft()
+            out.append(item)
+            size += len(item[1])
+        self.size -= size
+        return out
+
+    def close(self) -> None:
+        self.hub.subscribers.discard(self)
+        self.ended = True
+
+
+class OutputHub:
+    """Fan-out of one process's output to the attached clients."""
+
+    def __init__(self) -> None:
+        self.subscribers: set[Attachment] = set()
+
+    def subscribe(self, *, stdout: bool, stderr: bool) -> Attachment:
+        a = Attachment(self, stdout, stderr)
+        self.subscribers.add(a)
+        return a
+
+    def publish(self, stream: int, data: bytes) -> None:
+        for a in list(self.subscribers):
+            a.push(stream, data)
+            if a.ended:
+                self.subscribers.discard(a)
+
+    def end_run(self) -> None:
+        """The process exited: every attached stream ends once its queue is drained."""
+        for a in self.subscribers:
+            a.end()
+        self.subscribers.clear()
+
+
+@dataclass
+class StdinTarget:
+    """Where an attached client's input goes, once the process exists."""
+
+    get: Callable[[], Awaitable[Any]]  # the stream to write to (waits for a running process)
+    close_on_eof: bool  # StdinOnce: the first client's EOF closes the process's stdin
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+@dataclass
+class SessionOptions:
+    stdin: bool
+    tty: bool
+    detach_keys: bytes = DEFAULT_DETACH_KEYS
+
+
+class DetachKeyFilter:
+    """Passes input through, holding back a partial detach sequence; reports a full one."""
+
+    def __init__(self, keys: bytes) -> None:
+        self.keys = keys
+        self.held = b""
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """(bytes to forward, whether the sequence was typed)."""
+        if not self.keys:
+            return data, False
+        out = bytearray()
+        for byte in data:
+            candidate = self.held + bytes([byte])
+            if self.keys.startswith(candidate):
+                if candidate == self.keys:
+                    return bytes(out), True
+                self.held = candidate
+            else:
+                out += candidate
+                self.held = b""
+        return bytes(out), False
+
+
+async def session(stream: trio.abc.Stream, hub_attachment: Attachment | None,
+                  opts: SessionOptions, stdin: StdinTarget | None,
+                  replay: Callable[[], Any] | None = None) -> str:
+    """Serve one attached client until the output ends, it detaches or it goes away.
+
+    Returns how it ended: "eof" (the process's output ended), "detach", "gone" or "overflow".
+    Cancellation: everything stops; the attachment is closed.
+    """
+    ended = "eof"
+    detached = trio.Event()
+    try:
+        if replay is not None:
+            async for chunk in replay():
+                await stream.send_all(chunk)
+        async with trio.open_nursery() as nursery:
+            if opts.stdin and stdin is not None:
+                async def pump() -> None:
+                    await _pump_stdin(stream, stdin, opts.detach_keys, detached)
+                    if detached.is_set():
+                        nursery.cancel_scope.cancel()
+
+                nursery.start_soon(pump)
+            if hub_attachment is not None:
+                ended = await _write_output(stream, hub_attachment, opts.tty)
+            nursery.cancel_scope.cancel()
+        if detached.is_set():
+            ended = "detach"
+    except trio.BrokenResourceError:
+        ended = "gone"
+    finally:
+        if hub_attachment is not None:
+            hub_attachment.close()
+    return ended
+
+
+async def _write_output(stream: trio.abc.Stream, a: Attachment, tty: bool) -> str:
+    while (batch := await a.take()) is not None:
+        if tty:
+            data = b"".join(chunk for _, chunk in batch)
+        else:
+            data = b"".join(encode_frame(kind, chunk) for kind, chunk in batch)
+        await stream.send_all(data)
+    if a.overflowed:
+        note = b"svc: this client fell more than 4 MiB behind the output and was detached\n"
+        with contextlib.suppress(trio.BrokenResourceError):
+            await stream.send_all(note if tty else encode_frame(STDERR, note))
+        return "overflow"
+    return "eof"
+
+
+async def _pump_stdin(stream: trio.abc.Stream, target: StdinTarget, keys: bytes,
+                      detached: trio.Event) -> None:
+    keyfilter = DetachKeyFilter(keys)
+    sink = None
+    while True:
+        received = await stream.receive_some()
+        if not received:
+            break
+        data, detach = keyfilter.feed(bytes(received))
+        if data:
+            if sink is None:
+                sink = await target.get()
+            if sink is not None:
+                async with target.lock:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await sink.send_all(data)
+        if detach:
+            detached.set()
+            return
+    # the client half-closed: end of its input
+    if target.close_on_eof:
+        if sink is None:
+            sink = await target.get()
+        if sink is not None:
+            with contextlib.suppress(trio.ClosedResourceError, OSError):
+                await sink.aclose()
+    await trio.sleep_forever()  # keep serving output until it ends
