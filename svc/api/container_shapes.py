@@ -171,3 +171,19 @@ def _summary(c: Container, names: list[str], version: Version,
     if version < (1, 17):
         body.pop("Labels")
     return body
+
+
+_NET_ZERO = {k: 0 for k in ("rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "tx_bytes",
+                            "tx_packets", "tx_errors", "tx_dropped")}
+
+
+def stats(doc: dict[str, Any], version: Version) -> dict[str, Any]:
+    """A stats object for ``version``: one ``network`` object (the container's eth0) before
+    v1.21, the ``networks`` map after; ``pids_stats`` from v1.23."""
+    out = dict(doc)
+    if version < (1, 21):
+        nets = out.pop("networks")
+        out["network"] = nets.get("eth0", dict(_NET_ZERO))
+    if version < (1, 23):
+        out.pop("pids_stats", None)
+    return out

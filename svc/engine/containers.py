@@ -35,6 +35,7 @@ from svc.engine.container_logs import log_stream
 from svc.engine.container_run import Runner, RunnerDeps
 from svc.engine.container_spec import parse_bind, resources
 from svc.engine.container_state import State, require
+from svc.engine.container_stats import StatsService
 from svc.engine.exec import ExecService
 from svc.engine.images import Image
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
@@ -92,6 +93,7 @@ class ContainerService:
         self.runner = Runner(deps)
         self.fs = ContainerFS(self.runner, deps.images)
         self.execs = ExecService(self.runner)
+        self.stats = StatsService(self.runner)
         self.containers: dict[str, Container] = {}
         self.names: dict[str, str] = {}  # "/name" -> id
         self._names_lock = trio.Lock()
@@ -391,6 +393,7 @@ class ContainerService:
             await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
             await self.deps.delete(c)
             self.execs.forget(c)
+            self.stats.forget(c)
             self.containers.pop(c.id, None)
             if self.names.get(c.name) == c.id:
                 del self.names[c.name]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from quart import Blueprint, Response, request
@@ -169,6 +171,23 @@ async def attach(ref: str) -> Response:
     finally:
         await raw.aclose()
     return Response(b"")
+
+
+@bp.get("/containers/<ref>/stats")
+async def stats(ref: str) -> Response:
+    c = _ctr(ref)
+    stream = qbool("stream", True)
+    version = api_version()
+    objects = containers().stats.stream(c, stream=stream)
+
+    async def body() -> AsyncIterator[bytes]:
+        async with aclosing(objects):  # type: ignore[type-var]
+            async for doc in objects:
+                yield json.dumps(shapes.stats(doc, version), separators=(",", ":")).encode() \
+                    + b"\n"
+
+    return Response(StreamBody(body(), lambda: None), status=200,
+                    content_type="application/json")
 
 
 @bp.post("/containers/<ref>/update")
