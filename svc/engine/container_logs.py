@@ -18,21 +18,23 @@ RAW_CHUNK = 1 << 17
 
 
 def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail: int | None,
-               timestamps: bool, follow: bool) -> AsyncIterator[bytes]:
-    """The chunks to send. With ``follow`` on a running container the stream ends when it
-    stops (its writer closed); cancellation closes the open files."""
+               timestamps: bool, follow: bool, raw: bool | None = None) -> AsyncIterator[bytes]:
+    """The chunks to send: stdcopy frames, or the raw bytes for a TTY (or ``raw``). With
+    ``follow`` on a running container the stream ends when it stops (its writer closed);
+    cancellation closes the open files."""
     path = c.log_path
+    raw = c.tty if raw is None else raw
     if not path.exists():
         return _empty()
     live = c.live
     if follow and live is not None:
-        if c.tty:
+        if raw:
             return _raw_follow(follow_records(path, stdout=stdout, stderr=stderr,
                                               since_ns=since_ns, tail=tail, stop=live.exited),
                                timestamps)
         return follow_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
                              timestamps=timestamps, stop=live.exited)
-    if c.tty:
+    if raw:
         return _thread_iter(_raw_chunks(read_logs(path, stdout=stdout, stderr=stderr,
                                                   since_ns=since_ns, tail=tail), timestamps))
     return _thread_iter(read_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns,

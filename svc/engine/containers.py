@@ -416,7 +416,7 @@ class ContainerService:
 
     async def attach(self, c: Container, stream: trio.abc.Stream, *, logs: bool,
                      follow: bool, stdin: bool, stdout: bool, stderr: bool,
-                     detach_keys: bytes) -> str:
+                     detach_keys: bytes, raw_output: bool = False) -> str:
         """Serve an attached client (see ``engine.attach``). Output is subscribed to before
         anything else, so a client that attaches before ``start`` misses nothing."""
         attachment = c.hub.subscribe(stdout=stdout, stderr=stderr) if follow else None
@@ -424,13 +424,14 @@ class ContainerService:
         if logs and c.log_driver() == "json-file":
             def replay() -> AsyncIterator[bytes]:
                 return log_stream(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
-                                  timestamps=False, follow=False)
+                                  timestamps=False, follow=False, raw=c.tty or raw_output)
         self.runner.event(c, "attach")
         target = None
         if stdin and c.config.get("OpenStdin"):
             target = StdinTarget(get=lambda: self._stdin_of(c),
                                  close_on_eof=bool(c.config.get("StdinOnce")) and not c.tty)
-        opts = SessionOptions(stdin=target is not None, tty=c.tty, detach_keys=detach_keys)
+        opts = SessionOptions(stdin=target is not None, tty=c.tty or raw_output,
+                              detach_keys=detach_keys)
         ended = await session(stream, attachment, opts, target, replay)
         if ended == "detach":
             self.runner.event(c, "detach")

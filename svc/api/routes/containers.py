@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Blueprint, Response, request
+import trio
+from quart import Blueprint, Response, request, websocket
 
 from svc.api import container_shapes as shapes
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
@@ -188,6 +189,50 @@ async def stats(ref: str) -> Response:
 
     return Response(StreamBody(body(), lambda: None), status=200,
                     content_type="application/json")
+
+
+@bp.websocket("/containers/<ref>/attach/ws")
+async def attach_ws(ref: str) -> None:
+    """Attach over a websocket (RFC 6455): stdin from the client's messages, the output as
+    binary messages of raw bytes (not multiplexed, as dockerd sends them)."""
+    c = _ctr(ref)
+    keys = parse_detach_keys(_ws_arg("detachKeys") or DEFAULT_KEYS)
+    await websocket.accept()
+    stream = WebsocketStream()
+    await containers().attach(c, stream, logs=_ws_flag("logs"), follow=_ws_flag("stream"),
+                              stdin=_ws_flag("stdin"), stdout=_ws_flag("stdout"),
+                              stderr=_ws_flag("stderr"), detach_keys=keys, raw_output=True)
+    await websocket.close(1000)
+
+
+def _ws_arg(name: str) -> str | None:
+    return websocket.args.get(name)
+
+
+def _ws_flag(name: str) -> bool:
+    from svc.api.params import parse_bool
+
+    return parse_bool(name, websocket.args.get(name))
+
+
+class WebsocketStream(trio.abc.Stream):
+    """The current websocket as a byte stream for ``engine.attach.session``."""
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        try:
+            msg = await websocket.receive()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return b""
+        return msg.encode() if isinstance(msg, str) else bytes(msg)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await websocket.send(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
 
 
 @bp.post("/containers/<ref>/update")
