@@ -32,6 +32,7 @@ from bench import (  # noqa: E402
     bench_images,
     bench_requests,
     bench_rss,
+    bench_streams,
     procs,
     report,
 )
@@ -47,6 +48,7 @@ BENCHMARKS = [
     Benchmark("version", bench_requests.version),
     Benchmark("images", bench_images.images),
     Benchmark("containers", bench_containers.containers),
+    Benchmark("streams", bench_streams.streams),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}

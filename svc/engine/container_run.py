@@ -13,12 +13,12 @@ without a supervisor.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
 import signal
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from svc.engine import container_files as files
-from svc.engine.attach import OutputHub
+from svc.engine.attach import OutputHub, output_chunks
 from svc.engine.container import Container, Live, now_ns
 from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
 from svc.engine.container_state import State
@@ -48,7 +48,6 @@ log = logging.getLogger("svc.engine.containers")
 DRAIN_SECONDS = 2.0  # after the init exits, how long output still held by others may flow
 RESTART_DELAY = 0.1
 RESTART_DELAY_MAX = 60.0
-READ_CHUNK = 1 << 16
 
 
 class StartError(InvalidParameter):
@@ -391,20 +390,11 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
     reports EIO at the end)."""
     code = STDOUT if name == "stdout" else STDERR
     try:
-        while True:
-            try:
-                chunk = await stream.receive_some(READ_CHUNK)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                break
-            except OSError as exc:
-                if exc.errno == errno.EIO:
-                    break
-                raise
-            if not chunk:
-                break
-            if writer is not None:
-                writer.write(name, chunk)
-            hub.publish(code, bytes(chunk))
+        async with aclosing(output_chunks(stream)) as chunks:
+            async for chunk in chunks:
+                if writer is not None:
+                    writer.write(name, chunk)
+                await hub.publish(code, chunk)
     finally:
         if writer is not None:
             writer.flush()

@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from svc.engine.attach import OutputHub, SessionOptions, StdinTarget, session
+from svc.engine.attach import OutputHub, SessionOptions, StdinTarget, output_chunks, session
 from svc.engine.container import Container
 from svc.engine.container_run import Runner, start_failure
 from svc.engine.container_state import State, require
@@ -32,7 +33,7 @@ from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.spec import ALL_CAPABILITIES
 from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
 
-READ_CHUNK = 1 << 16
+RESIZE_WAIT = 10.0
 
 
 @dataclass
@@ -209,10 +210,15 @@ class ExecService:
             inst.hub.end_run()
             inst.exited.set()
 
-    def resize(self, inst: ExecInstance, height: int, width: int) -> None:
-        if not inst.tty or inst.console is None:
+    async def resize(self, inst: ExecInstance, height: int, width: int) -> None:
+        """Set the window size; a resize that arrives while the start is under way (clients
+        send it right after the start request) waits for the process, as dockerd does."""
+        if not inst.tty:
             raise InvalidParameter(f"exec {inst.id} has no TTY: only a TTY can be resized")
-        if not inst.running:
+        if not inst.running and inst.exit_code is None:
+            with trio.move_on_after(RESIZE_WAIT):
+                await inst.started_event.wait()
+        if inst.console is None or not inst.running:
             raise Conflict(f"exec {inst.id} is not running")
         if not (0 < height < 65536 and 0 < width < 65536):
             raise InvalidParameter(f"invalid size {height}x{width}")
@@ -223,13 +229,10 @@ class ExecService:
 
 async def _copy(stream: Any, kind: int, hub: OutputHub, done: trio.Event) -> None:
     try:
-        while True:
-            try:
-                chunk = await stream.receive_some(READ_CHUNK)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                break
-            if not chunk:
-                break
-            hub.publish(kind, bytes(chunk))
+        async with aclosing(output_chunks(stream)) as chunks:
+            async for chunk in chunks:
+                await hub.publish(kind, chunk)
+    except OSError:
+        pass  # the process's side went away
     finally:
         done.set()

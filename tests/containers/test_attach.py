@@ -3,6 +3,8 @@ clients, a slow client, TTY framing."""
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 import pytest
 import trio
@@ -69,15 +71,17 @@ async def test_several_clients_get_every_byte(cdaemon: Daemon, api: httpx.AsyncC
         assert demux(await until_eof(s, buf))[1] == expected
 
 
-async def test_a_slow_client_is_cut_off_and_never_blocks(cdaemon: Daemon,
-                                                        api: httpx.AsyncClient) -> None:
+async def test_a_stalled_client_is_cut_off_and_never_blocks(cdaemon: Daemon,
+                                                           api: httpx.AsyncClient) -> None:
+    """A client 4 MiB behind that reads nothing for a second is detached; the reading client
+    and the container go on (docs/architecture.md, attach policy)."""
     cid = (await create(api, ["sh", "-c", "sleep 0.3; head -c 30000000 /dev/zero"]))["Id"]
     slow, _, slow_buf = await hijacked(cdaemon, cid, "stream=1&stdout=1")
     fast, _, fast_buf = await hijacked(cdaemon, cid, "stream=1&stdout=1")
     await api.post(f"/containers/{cid}/start")
     got = demux(await until_eof(fast, fast_buf, timeout=30))
     assert len(got[1]) == 30_000_000  # the reading client got everything
-    with trio.fail_after(10):  # and the container was not held up by the slow one
+    with trio.fail_after(10):  # and the container was not held up by the stalled one
         assert (await api.post(f"/containers/{cid}/wait")).json() == {"StatusCode": 0}
     slow_out = demux(await until_eof(slow, slow_buf, timeout=30))
     assert len(slow_out[1]) < 30_000_000
@@ -97,9 +101,12 @@ async def test_tty_attach_is_raw_and_detach_keys(cdaemon: Daemon,
     await s.send_all(b"\x01x")  # detach
     await until_eof(s, buf)
     assert (await inspect(api, cid))["State"]["Running"]  # still running
-    s, head, _ = await hijacked(cdaemon, cid, "stream=1&detachKeys=ctrl-")
-    assert head.startswith(b"HTTP/1.1 400") and b"Invalid escape keys" in head + await \
-        s.receive_some()
+    s, head, buf = await hijacked(cdaemon, cid, "stream=1&detachKeys=ctrl-")
+    assert head.startswith(b"HTTP/1.1 400")
+    with trio.fail_after(5):
+        while b"Invalid escape keys" not in buf:
+            buf += await s.receive_some()
+    await s.aclose()
 
 
 async def test_attach_unknown_container(cdaemon: Daemon) -> None:
@@ -133,7 +140,8 @@ async def test_websocket_attach(cdaemon: Daemon, api: httpx.AsyncClient) -> None
                 elif isinstance(e, ev.BytesMessage):
                     received += e.data
                 elif isinstance(e, ev.CloseConnection):
-                    await s.send_all(ws.send(e.response()))
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        await s.send_all(ws.send(e.response()))
             if ws.state.name in ("CLOSED", "REMOTE_CLOSING"):
                 break
     assert accepted and received == b"ws-hello\n"

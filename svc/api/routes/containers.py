@@ -166,6 +166,7 @@ async def attach(ref: str) -> Response:
     logs, stream = qbool("logs"), qbool("stream")
     stdin, stdout, stderr = qbool("stdin"), qbool("stdout"), qbool("stderr")
     raw = await hijack(request)
+    raw.grow_send_buffer()
     try:
         await containers().attach(c, raw, logs=logs, follow=stream, stdin=stdin,
                                   stdout=stdout, stderr=stderr, detach_keys=keys)

@@ -54,6 +54,7 @@ async def start(exec_id: str) -> Response:
         await svc.execs.start(inst, None)
         return Response(b"", status=200)
     raw = await hijack(request)
+    raw.grow_send_buffer()
     try:
         await svc.execs.start(inst, raw)
     finally:
@@ -68,7 +69,7 @@ async def resize(exec_id: str) -> Response:
     height, width = qint("h"), qint("w")
     if height is None or width is None:
         raise InvalidParameter("resize needs both h and w (characters)")
-    svc.execs.resize(inst, height, width)
+    await svc.execs.resize(inst, height, width)
     return Response(b"", status=201, content_type="text/plain")
 
 
