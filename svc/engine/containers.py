@@ -332,22 +332,24 @@ class ContainerService:
                 await self._wait_live_exit(c, None)
 
     async def pause(self, c: Container) -> None:
-        async with c.lock:
-            require(c.state.status, "pause", c.id)
-            await self.deps.runtime.pause(c.id)
-            c.state.status = State.PAUSED
-            await self.deps.save(c)
-            c.notify()
-        self.runner.event(c, "pause")
+        await self._freeze(c, "pause")
 
     async def unpause(self, c: Container) -> None:
+        await self._freeze(c, "unpause")
+
+    async def _freeze(self, c: Container, verb: str) -> None:
+        """pause / unpause through the runtime (the freezer cgroup)."""
         async with c.lock:
-            require(c.state.status, "unpause", c.id)
-            await self.deps.runtime.resume(c.id)
-            c.state.status = State.RUNNING
+            require(c.state.status, verb, c.id)
+            if verb == "pause":
+                await self.deps.runtime.pause(c.id)
+                c.state.status = State.PAUSED
+            else:
+                await self.deps.runtime.resume(c.id)
+                c.state.status = State.RUNNING
             await self.deps.save(c)
             c.notify()
-        self.runner.event(c, "unpause")
+        self.runner.event(c, verb)
 
     async def rename(self, c: Container, new: str) -> None:
         if not new:

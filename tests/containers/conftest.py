@@ -46,6 +46,17 @@ async def api(cdaemon: Daemon) -> AsyncIterator[httpx.AsyncClient]:
             await c.delete(f"/containers/{item['Id']}", params={"force": "1"})
 
 
+@pytest.fixture
+def host(cdaemon: Daemon) -> Iterator[str]:
+    """The daemon's address for the docker CLI; its containers are removed afterwards."""
+    from tests.conftest import docker_cli
+
+    yield cdaemon.url
+    ids = docker_cli(cdaemon.url, "ps", "-aq").stdout.split()
+    if ids:
+        docker_cli(cdaemon.url, "rm", "-f", *ids)
+
+
 async def create(c: httpx.AsyncClient, cmd: list[str] | None = None, *, name: str | None = None,
                  status: int = 201, **fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"Image": IMAGE, **fields}

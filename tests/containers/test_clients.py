@@ -7,8 +7,6 @@ import tarfile
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import docker_cli, run_sdk
 from tests.support.daemon import Daemon
 
@@ -17,14 +15,6 @@ def ok(host: str, *args: str, timeout: float = 60) -> str:
     out = docker_cli(host, *args, timeout=timeout)
     assert out.returncode == 0, f"docker {' '.join(args)}: {out.stderr}"
     return out.stdout
-
-
-@pytest.fixture
-def host(cdaemon: Daemon) -> str:
-    yield cdaemon.url
-    ids = docker_cli(cdaemon.url, "ps", "-aq").stdout.split()
-    if ids:
-        docker_cli(cdaemon.url, "rm", "-f", *ids)
 
 
 def test_cli_lifecycle(host: str) -> None:

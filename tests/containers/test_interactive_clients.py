@@ -58,14 +58,6 @@ class Terminal:
         return code
 
 
-@pytest.fixture
-def host(cdaemon: Daemon) -> str:
-    yield cdaemon.url
-    ids = docker_cli(cdaemon.url, "ps", "-aq").stdout.split()
-    if ids:
-        docker_cli(cdaemon.url, "rm", "-f", *ids)
-
-
 def test_run_it(host: str) -> None:
     t = Terminal(host, "run", "-it", "--name", "tty", "busybox", "sh", rows=33, cols=101)
     t.send(b"echo hello-$((40+2)); stty size\r")
