@@ -91,10 +91,12 @@ def _import_busybox(c: Client) -> None:
     _check(status, body, 200, "import busybox")
 
 
-def _runc_floor(workdir: Path) -> list[float]:
-    """``runc run`` of ``true`` in a bundle of the busybox rootfs, no daemon."""
+def busybox_bundle(workdir: Path) -> Path:
+    """A runc bundle dir with the busybox rootfs (made once per run); config.json per use."""
     bundle = workdir / "runc-floor"
     rootfs = bundle / "rootfs"
+    if rootfs.is_dir():
+        return bundle
     rootfs.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(timg.busybox_rootfs_tar())) as t:
         t.extractall(rootfs, filter="fully_trusted")
@@ -103,18 +105,24 @@ def _runc_floor(workdir: Path) -> list[float]:
     (rootfs / "bin" / "busybox").chmod(0o755)
     for d in ("proc", "sys", "dev", "tmp"):
         (rootfs / d).mkdir(exist_ok=True)
-    state = workdir / "runc-floor-state"
-    times = []
-    for i in range(FLOOR_RUNS):
-        cid = f"svc-bench-floor-{os.getpid()}-{i}"
-        spec = build_spec(default_spec(), with_root(str(rootfs)),
-                          with_process(["true"], env=[f"PATH={DEFAULT_PATH}"]),
-                          with_cgroups_path(cgroups_path("/svc-bench-floor", cid)))
-        (bundle / "config.json").write_text(json.dumps(spec))
-        t0 = time.perf_counter()
-        subprocess.run([RUNC, "--root", str(state), "run", "--bundle", str(bundle), cid],
-                       check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
+    return bundle
+
+
+def runc_run(workdir: Path, args: list[str], tag: str,
+             stdout: int | None = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """``runc run`` of ``args`` in the busybox bundle, no daemon (the caller waits)."""
+    bundle = busybox_bundle(workdir)
+    cid = f"svc-bench-floor-{os.getpid()}-{tag}"
+    spec = build_spec(default_spec(), with_root(str(bundle / "rootfs")),
+                      with_process(args, env=[f"PATH={DEFAULT_PATH}"]),
+                      with_cgroups_path(cgroups_path("/svc-bench-floor", cid)))
+    (bundle / "config.json").write_text(json.dumps(spec))
+    return subprocess.Popen([RUNC, "--root", str(workdir / "runc-floor-state"), "run",
+                             "--bundle", str(bundle), cid], stdin=subprocess.DEVNULL,
+                            stdout=stdout)
+
+
+def remove_floor_cgroups() -> None:
     for ctrl in Path("/sys/fs/cgroup").iterdir():
         floor_cg = ctrl / "svc-bench-floor"
         if floor_cg.is_dir():
@@ -122,6 +130,18 @@ def _runc_floor(workdir: Path) -> list[float]:
                 if d.is_dir():
                     d.rmdir()
             floor_cg.rmdir()
+
+
+def _runc_floor(workdir: Path) -> list[float]:
+    """``runc run`` of ``true`` in a bundle of the busybox rootfs, no daemon."""
+    times = []
+    for i in range(FLOOR_RUNS):
+        t0 = time.perf_counter()
+        proc = runc_run(workdir, ["true"], str(i))
+        if proc.wait() != 0:
+            raise RuntimeError(f"runc run exited with {proc.returncode}")
+        times.append(time.perf_counter() - t0)
+    remove_floor_cgroups()
     return times
 
 

@@ -34,7 +34,7 @@ DEFAULT_DETACH_KEYS = b"\x10\x11"  # ctrl-p, ctrl-q
 
 READ_CHUNK = 1 << 20
 DENSE_GAP = 0.001  # reads closer together than this are a bulk stream...
-SMALL_READ = 1 << 16  # ...and if they are small, the next read waits DENSE_GAP to gather more
+SMALL_READ = 1 << 19  # ...and if they are small, the next read waits DENSE_GAP to gather more
 
 
 async def output_chunks(stream: Any) -> AsyncGenerator[bytes, None]:
