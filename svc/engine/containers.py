@@ -41,6 +41,7 @@ from svc.engine.images import Image
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
 from svc.runtime.cgroups import Knobs
+from svc.runtime.mounts import mounts_under
 from svc.runtime.process import signal_number
 from svc.runtime.protocol import ContainerNotFound, RuntimeFailure
 from svc.runtime.spec import with_resources
@@ -118,6 +119,14 @@ class ContainerService:
         running are killed and torn down and recorded as exited (137 when svc killed them, 255
         when they had died unseen); then ``always`` and ``unless-stopped`` ones start again."""
         self.runner.bind(nursery)
+        # What a crash can leave behind, looked up once (a runc call per container would make
+        # a start with many containers slow): runc's containers and the overlay mounts.
+        try:
+            in_runc = {str(d.get("id")) for d in await self.deps.runtime.list()}
+        except RuntimeFailure as exc:
+            log.warning("cannot list the runtime's containers: %s", exc)
+            in_runc = set(self.containers)
+        mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
         for c in list(self.containers.values()):
             was = c.state.status
             if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
@@ -127,6 +136,8 @@ class ContainerService:
                 await self.deps.save(c)
             elif was is State.REMOVING:
                 await self._finish_remove(c)
+                continue
+            elif c.id not in in_runc and c.rootfs not in mounted:
                 continue
             await self.runner.teardown(c)
         for c in list(self.containers.values()):
@@ -392,6 +403,9 @@ class ContainerService:
     async def _finish_remove(self, c: Container) -> None:
         with trio.CancelScope(shield=True):
             await self.runner.teardown(c)
+            # even while an archive reader holds it: the overlay is detached (lazily, if
+            # busy) before its directory goes, so rmtree never walks into a mounted tree
+            await self.runner.unmount(c)
             await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
             await self.deps.delete(c)
             self.execs.forget(c)
