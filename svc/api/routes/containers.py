@@ -181,6 +181,10 @@ async def stats(ref: str) -> Response:
     stream = qbool("stream", True)
     version = api_version()
     objects = containers().stats.stream(c, stream=stream)
+    if not stream:  # one object: an ordinary response with a Content-Length
+        async with aclosing(objects):  # type: ignore[type-var]
+            async for doc in objects:
+                return json_response(shapes.stats(doc, version))
 
     async def body() -> AsyncIterator[bytes]:
         async with aclosing(objects):  # type: ignore[type-var]
