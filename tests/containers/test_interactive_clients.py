@@ -60,6 +60,8 @@ class Terminal:
 
 def test_run_it(host: str) -> None:
     t = Terminal(host, "run", "-it", "--name", "tty", "busybox", "sh", rows=33, cols=101)
+    t.expect(b"/ # ")
+    time.sleep(0.3)  # the CLI sends the window size just after the start, concurrently
     t.send(b"echo hello-$((40+2)); stty size\r")
     t.expect(b"hello-42")
     t.expect(b"33 101")
@@ -84,6 +86,8 @@ def test_exec_it(host: str) -> None:
     assert docker_cli(host, "run", "-d", "--name", "ex", "busybox", "sleep", "300"
                       ).returncode == 0
     t = Terminal(host, "exec", "-it", "ex", "sh", rows=20, cols=77)
+    t.expect(b"/ # ")
+    time.sleep(0.3)  # the CLI sends the window size just after the start, concurrently
     t.send(b"stty size; tty\r")
     t.expect(b"20 77")
     t.expect(b"/dev/pts/")
