@@ -104,7 +104,11 @@ def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any
     t0 = time.monotonic()
     code = daemon.stop()
     leftovers = [p.name for p in (daemon.socket, workdir / "svc.pid") if p.exists()]
-    log_lines = [ln for ln in daemon.log_text().splitlines() if any(m in ln for m in LOG_MARKS)]
+    text = daemon.log_text()
+    log_lines = [ln for ln in text.splitlines() if any(m in ln for m in LOG_MARKS)]
+    if log_lines or code != 0:  # keep the whole log beside the results for a look
+        report.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (report.RESULTS_DIR / "svcd-latest.log").write_text(text)
     return {"exit_code": code, "stop_s": round(time.monotonic() - t0, 2),
             "leftovers": leftovers, "log_warnings": log_lines[:50],
             "log_warning_count": len(log_lines)}

@@ -223,18 +223,23 @@ async def session(stream: trio.abc.Stream, hub_attachment: Attachment | None,
         async with trio.open_nursery() as nursery:
             if opts.stdin and stdin is not None:
                 async def pump() -> None:
-                    await _pump_stdin(stream, stdin, opts.detach_keys, detached)
+                    # the client may go away: the output side notices that too
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await _pump_stdin(stream, stdin, opts.detach_keys, detached)
                     if detached.is_set():
                         nursery.cancel_scope.cancel()
 
                 nursery.start_soon(pump)
             if hub_attachment is not None:
-                ended = await _write_output(stream, hub_attachment, opts.tty)
+                try:
+                    ended = await _write_output(stream, hub_attachment, opts.tty)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    ended = "gone"
             nursery.cancel_scope.cancel()
         if detached.is_set():
             ended = "detach"
-    except trio.BrokenResourceError:
-        ended = "gone"
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        ended = "gone"  # during the replay of the logs
     finally:
         if hub_attachment is not None:
             hub_attachment.close()

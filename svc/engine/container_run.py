@@ -89,9 +89,17 @@ class Runner:
         self._nursery = nursery
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """Run a task in the engine's nursery (supervisors outlive requests)."""
+        """Run a task in the engine's nursery (supervisors outlive requests). An exception
+        in it is logged, never raised into the nursery (that would stop the daemon)."""
         assert self._nursery is not None, "the runner is not bound to the engine's nursery"
-        self._nursery.start_soon(fn, *args)
+
+        async def guarded() -> None:
+            try:
+                await fn(*args)
+            except Exception:
+                log.exception("a background task of the containers service failed")
+
+        self._nursery.start_soon(guarded)
 
     def bundle_dir(self, c: Container) -> Path:
         return self.d.exec_root / "containers" / c.id
@@ -246,11 +254,24 @@ class Runner:
 
         Cancellation (daemon shutdown): the container is killed and torn down, shielded.
         """
-        writer = _open_log(c)
+        try:
+            writer = _open_log(c)
+        except (OSError, ValueError) as exc:  # the log cannot be opened: run without it
+            log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
+            writer = None
         task_status.started()
+        try:
+            await self._supervise_run(c, live, pipes, writer)
+        except Exception:  # a bug must never take the daemon (and every container) down
+            log.exception("supervising container %s failed", c.short_id)
+
+    async def _supervise_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
+                             writer: JsonLogWriter | None) -> None:
         code = -1
         try:
             code = await self._watch(c, live, pipes, writer)
+        except Exception:
+            log.exception("watching container %s failed; it is killed", c.short_id)
         finally:
             with trio.CancelScope(shield=True):
                 if code < 0:  # cancelled: kill what no one supervises any more

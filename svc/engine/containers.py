@@ -128,18 +128,10 @@ class ContainerService:
             in_runc = set(self.containers)
         mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
         for c in list(self.containers.values()):
-            was = c.state.status
-            if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
-                code, error = await self._reap_orphan(c)
-                c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
-                c.state.exit_code, c.state.error = code, error
-                await self.deps.save(c)
-            elif was is State.REMOVING:
-                await self._finish_remove(c)
-                continue
-            elif c.id not in in_runc and c.rootfs not in mounted:
-                continue
-            await self.runner.teardown(c)
+            try:
+                await self._restore_one(c, in_runc, mounted)
+            except Exception:  # one damaged container must not keep the daemon from starting
+                log.exception("restoring container %s failed", c.short_id)
         for c in list(self.containers.values()):
             policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
             if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
@@ -150,6 +142,20 @@ class ContainerService:
                         await self.runner.launch(c)
                     except (SvcError, OSError) as exc:
                         log.error("container %s did not come back: %s", c.short_id, exc)
+
+    async def _restore_one(self, c: Container, in_runc: set[str], mounted: set[Path]) -> None:
+        was = c.state.status
+        if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
+            code, error = await self._reap_orphan(c)
+            c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
+            c.state.exit_code, c.state.error = code, error
+            await self.deps.save(c)
+        elif was is State.REMOVING:
+            await self._finish_remove(c)
+            return
+        elif c.id not in in_runc and c.rootfs not in mounted:
+            return
+        await self.runner.teardown(c)
 
     async def _reap_orphan(self, c: Container) -> tuple[int, str]:
         try:
@@ -419,12 +425,15 @@ class ContainerService:
     async def stop_all(self, timeout: float) -> None:
         """Daemon shutdown: every running container gets its stop signal, then SIGKILL."""
         async def one(c: Container) -> None:
-            async with c.lock:
-                if c.state.status in RUNNING_STATES:
-                    was_manual = c.manually_stopped
-                    await self._stop_locked(c, timeout)
-                    c.manually_stopped = was_manual  # a shutdown is not a user's stop
-                    await self.deps.save(c)
+            try:
+                async with c.lock:
+                    if c.state.status in RUNNING_STATES:
+                        was_manual = c.manually_stopped
+                        await self._stop_locked(c, timeout)
+                        c.manually_stopped = was_manual  # a shutdown is not a user's stop
+                        await self.deps.save(c)
+            except Exception:  # the others are still stopped; the next start cleans up
+                log.exception("stopping container %s at shutdown failed", c.short_id)
 
         async with trio.open_nursery() as nursery:
             for c in list(self.containers.values()):
