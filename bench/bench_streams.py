@@ -43,7 +43,15 @@ from bench.bench_containers import (
 )
 from bench.bench_images import read_body
 from bench.context import Context
-from bench.harness import Figure, Outcome, Target, connect, cpu_seconds, request_bytes
+from bench.harness import (
+    Figure,
+    Outcome,
+    Target,
+    connect,
+    cpu_seconds,
+    read_head,
+    request_bytes,
+)
 from svc.wire.stdcopy import HEADER_SIZE
 
 MB = 1_000_000
@@ -68,13 +76,7 @@ def _hijack(sock_path: Path, target: str, body: bytes = b"") -> tuple[socket.soc
     head = (f"POST {target} HTTP/1.1\r\nHost: docker\r\nUpgrade: tcp\r\nConnection: Upgrade\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     s.sendall(head.encode() + body)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response head")
-        buf += chunk
-    head_b, _, rest = buf.partition(b"\r\n\r\n")
+    head_b, rest = read_head(s)
     if not head_b.startswith(b"HTTP/1.1 101"):
         raise RuntimeError(f"no upgrade: {head_b[:200]!r}")
     return s, rest
