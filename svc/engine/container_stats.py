@@ -8,6 +8,8 @@ reading takes two, ``PRE_SAMPLE`` apart, so the first object already gives a CPU
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from svc.runtime.cgroups import CgroupStats, CgroupV1, system_cpu_usage
 from svc.wire.timefmt import rfc3339_nano
 
 HOST_MEMORY = host.mem_total()  # an unlimited container's limit is the machine's memory
+log = logging.getLogger("svc.engine.containers")
 INTERVAL = 1.0
 PRE_SAMPLE = 0.025
 FRESH = 2.0  # a cached reading younger than this serves as precpu_stats
@@ -89,10 +92,10 @@ class Sample:
         self.doc = doc
 
 
-def take_sample(cgroups: CgroupV1, cgroup: str, pid: int) -> Sample:
-    """Blocking: one reading of the container."""
+def take_sample(cgroups: CgroupV1, cgroup: str, pid: int, system: int | None = None) -> Sample:
+    """Blocking: one reading of the container (``system``: /proc/stat's total, if read)."""
     stats = cgroups.stats(cgroup)
-    system = system_cpu_usage()
+    system = system_cpu_usage() if system is None else system
     mem = stats.memory
     doc: dict[str, Any] = {
         "cpu_stats": _cpu(stats, system),
@@ -115,10 +118,31 @@ def empty_sample() -> Sample:
     return Sample(0, time.monotonic(), doc)
 
 
+def take_samples(cgroups: CgroupV1, targets: list[tuple[str, str, int]]
+                 ) -> list[tuple[str, Sample | None]]:
+    """Blocking: one reading of each (id, cgroup, pid), /proc/stat read once for all."""
+    system = system_cpu_usage()
+    out: list[tuple[str, Sample | None]] = []
+    for cid, cgroup, pid in targets:
+        try:
+            out.append((cid, take_sample(cgroups, cgroup, pid, system)))
+        except OSError:
+            out.append((cid, None))
+    return out
+
+
 class StatsService:
+    """One-shot readings, and one collector task that reads every streamed container once a
+    second (in one worker-thread trip, /proc/stat read once) and hands each stream its
+    reading, as dockerd's stats collector does: a hundred streams cost one tick, not a
+    hundred."""
+
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.last: dict[str, Sample] = {}
+        self._subs: dict[str, set[trio.MemorySendChannel[Sample | None]]] = {}
+        self._containers: dict[str, Container] = {}
+        self._wake = trio.Event()
 
     async def _sample(self, c: Container) -> Sample | None:
         live = c.live
@@ -128,29 +152,76 @@ class StatsService:
                                           self.runner.cgroup_of(c), live.pid)
         return s
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """The collector: a reading per subscribed container each INTERVAL (until cancelled).
+        A stopped container's streams get None and end."""
+        task_status.started()
+        while True:
+            if not self._subs:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            targets = []
+            for cid in list(self._subs):
+                c = self._containers.get(cid)
+                live = c.live if c is not None else None
+                if c is None or live is None or c.state.status not in (State.RUNNING,
+                                                                       State.PAUSED):
+                    self._deliver(cid, None)
+                else:
+                    targets.append((cid, self.runner.cgroup_of(c), live.pid))
+            if targets:
+                try:
+                    samples = await trio.to_thread.run_sync(take_samples,
+                                                            self.runner.d.cgroups, targets)
+                except Exception:  # never let a reading stop the daemon
+                    log.exception("reading container stats failed")
+                    samples = []
+                for cid, sample in samples:
+                    if sample is not None:
+                        self.last[cid] = sample
+                    self._deliver(cid, sample)
+            await trio.sleep(INTERVAL)
+
+    def _deliver(self, cid: str, sample: Sample | None) -> None:
+        for ch in list(self._subs.get(cid, ())):
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                ch.send_nowait(sample)  # a reader that has not taken the last one skips this
+
     async def stream(self, c: Container, *, stream: bool) -> AsyncIterator[dict[str, Any]]:
         """The stats objects (JSON-ready, v1.21+ shape; the API layer shapes older ones)."""
+        ident = {"name": c.name, "id": c.id}
         prev = self.last.get(c.id)
         if prev is None or time.monotonic() - prev.at > FRESH:
             prev = await self._sample(c)
             if prev is not None and not stream:
                 await trio.sleep(PRE_SAMPLE)
-        while True:
-            cur = await self._sample(c)
-            if cur is None:
-                if not stream or prev is None:
-                    yield _doc(empty_sample(), prev) | {"name": c.name, "id": c.id}
-                return
-            self.last[c.id] = cur
-            yield _doc(cur, prev) | {"name": c.name, "id": c.id}
-            if not stream:
-                return
-            prev = cur
-            changed = c.changed
-            with trio.move_on_after(INTERVAL):
-                while c.live is not None:
-                    await changed.wait()
-                    changed = c.changed
+        cur = await self._sample(c)
+        if cur is None:
+            yield _doc(empty_sample(), prev) | ident
+            return
+        self.last[c.id] = cur
+        yield _doc(cur, prev) | ident
+        if not stream:
+            return
+        send, recv = trio.open_memory_channel[Sample | None](1)
+        self._containers[c.id] = c
+        self._subs.setdefault(c.id, set()).add(send)
+        self._wake.set()
+        try:
+            async with recv:
+                async for sample in recv:
+                    if sample is None:
+                        return
+                    yield _doc(sample, cur) | ident
+                    cur = sample
+        finally:
+            subs = self._subs.get(c.id)
+            if subs is not None:
+                subs.discard(send)
+                if not subs:
+                    del self._subs[c.id]
+                    self._containers.pop(c.id, None)
 
     def forget(self, c: Container) -> None:
         self.last.pop(c.id, None)

@@ -92,6 +92,7 @@ class Engine:
             self._nursery = nursery
             await nursery.start(self.events.run)
             await nursery.start(reap_orphans, self.containers.waited_pids)
+            await nursery.start(self.containers.stats.run)
             await self.containers.restore(nursery)
             task_status.started()
 
