@@ -17,6 +17,7 @@ from svc.errors import InvalidParameter, NotFound
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
+from svc.storage.jsonlog import parse_log_opts
 
 # The spec's rule (/?[a-zA-Z0-9_-]+) and dockerd's (which also allows "." after the first).
 NAME_RE = re.compile(r"^/?[a-zA-Z0-9_][a-zA-Z0-9_.-]*$")
@@ -224,7 +225,6 @@ def _check_log_config(hc: HostConfigBody) -> None:
     if driver == "none" and config:
         raise InvalidParameter("the none logging driver takes no options")
     if driver == "json-file":
-        from svc.storage.jsonlog import parse_log_opts
         try:
             parse_log_opts(config)
         except ValueError as exc:

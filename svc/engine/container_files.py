@@ -45,7 +45,8 @@ def check_dns(servers: list[str]) -> None:
             raise InvalidParameter(f"{s} is not an ip address (Dns)") from None
 
 
-def hostname_file(hostname: str, domainname: str) -> bytes:
+def hostname_file(hostname: str) -> bytes:
+    """/etc/hostname holds the host name alone; the domain goes into /etc/hosts."""
     return f"{hostname}\n".encode()
 
 

@@ -77,7 +77,7 @@ class RunnerDeps:
     save: Callable[[Container], Awaitable[None]]
     delete: Callable[[Container], Awaitable[None]]
     auto_remove: Callable[[Container], Awaitable[None]]
-    find_running: Callable[[str], Container]  # for NetworkMode container:<name|id>
+    resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
 
 
 class Runner:
@@ -184,7 +184,7 @@ class Runner:
         mode = str(c.host_config.get("NetworkMode") or "")
         if not mode.startswith("container:"):
             return None
-        other = self.d.find_running(mode.partition(":")[2])
+        other = self.d.resolve(mode.partition(":")[2])
         if other.id == c.id:
             raise InvalidParameter("cannot join the network of a container: itself")
         if other.live is None:
@@ -201,7 +201,7 @@ class Runner:
         extra = files.check_extra_hosts(list(hc.get("ExtraHosts") or []))
         hostname = str(cfg.get("Hostname") or c.short_id)
         domain = str(cfg.get("Domainname") or "")
-        files.write(c.hostname_path, files.hostname_file(hostname, domain))
+        files.write(c.hostname_path, files.hostname_file(hostname))
         files.write(c.hosts_path, files.hosts_file(hostname, domain, None, extra, host_mode))
         files.write(c.resolv_conf_path, files.resolv_conf(
             list(hc.get("Dns") or []), list(hc.get("DnsSearch") or []),

@@ -210,9 +210,6 @@ class ContainerService:
                     found = (c.id, running)
         return found
 
-    def find_running(self, ref: str) -> Container:
-        return self.resolve(ref)
-
     # -- create -----------------------------------------------------------------------------
 
     async def create(self, body: CreateBody, name: str | None) -> Container:

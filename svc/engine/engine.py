@@ -62,7 +62,7 @@ class Engine:
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove,
-            find_running=lambda ref: self.containers.resolve(ref))
+            resolve=lambda ref: self.containers.resolve(ref))
         self.containers = ContainerService(config.root, deps, None)
         self._nursery: trio.Nursery | None = None
 
