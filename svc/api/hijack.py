@@ -156,6 +156,22 @@ class RawStream(trio.abc.Stream):
         if self.peer_gone:
             raise trio.BrokenResourceError("the client closed the connection")
 
+    async def send_parts(self, parts: list[bytes]) -> None:
+        """Send ``parts`` as if joined, without joining them on a plain socket (one
+        ``sendmsg`` gathers them); ``trio.BrokenResourceError`` once the client is gone."""
+        sock = self.plain_socket
+        if sock is None or self._closed or self.peer_gone:
+            await self.send_all(b"".join(parts))
+            return
+        try:
+            done = await sock.sendmsg(parts)
+        except OSError as exc:
+            self.peer_gone = True
+            raise trio.BrokenResourceError("the client closed the connection") from exc
+        total = sum(map(len, parts))
+        if done < total:  # a partial write: the rest goes out the ordinary way
+            await self._send_direct(memoryview(b"".join(parts))[done:])
+
     async def _send_direct(self, data: bytes | bytearray | memoryview) -> None:
         """Write straight to the socket (no copy, no trip through hypercorn's protocol):
         after the takeover nothing else writes to it. Partial writes are continued."""

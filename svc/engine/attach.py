@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from svc.engine.log_tap import LogTap, Tapped
 from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
 
 ATTACH_BUFFER = 4 << 20
@@ -122,7 +123,19 @@ class OutputHub:
 
     def __init__(self) -> None:
         self.subscribers: set[Attachment] = set()
+        self.taps: set[LogTap] = set()  # logs -f followers (log_tap)
         self._drained = trio.Event()
+        self._published = trio.Event()
+
+    def logged(self, item: Tapped) -> None:
+        """The supervisor wrote ``item`` to the log: hand it to the followers, at once."""
+        for tap in list(self.taps):
+            tap.push(item)
+
+    def next_publish(self) -> trio.Event:
+        """An event set at the next publish (or end of the run): by then the chunk is in the
+        log too, so ``logs -f`` readers wake on it rather than on a timer."""
+        return self._published
 
     def subscribe(self, *, stdout: bool, stderr: bool) -> Attachment:
         a = Attachment(self, stdout, stderr)
@@ -138,6 +151,7 @@ class OutputHub:
 
         Cancellation: a checkpoint; the data is queued already.
         """
+        self._wake_publish_waiters()
         for a in list(self.subscribers):
             a.push(stream, data)
         while True:
@@ -157,11 +171,19 @@ class OutputHub:
             with trio.move_on_at(min(a.progress_at for a in behind) + STALL_SECONDS):
                 await self._drained.wait()
 
+    def _wake_publish_waiters(self) -> None:
+        self._published.set()
+        self._published = trio.Event()
+
     def end_run(self) -> None:
         """The process exited: every attached stream ends once its queue is drained."""
+        self._wake_publish_waiters()
         for a in self.subscribers:
             a.end()
         self.subscribers.clear()
+        for tap in self.taps:
+            tap.end()
+        self.taps.clear()
 
 
 @dataclass

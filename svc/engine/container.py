@@ -18,6 +18,7 @@ import trio
 
 from svc.engine.attach import OutputHub
 from svc.engine.container_state import State
+from svc.storage.jsonlog import JsonLogWriter
 
 ID_BYTES = 32
 
@@ -60,6 +61,7 @@ class Live:
     cgroup: str = ""
     console: Any = None  # runtime.process.Console for a TTY container
     stdin: Any = None  # the daemon's end of the stdin pipe (OpenStdin without TTY)
+    log: JsonLogWriter | None = None  # this run's json-file writer (logs -f taps behind it)
 
 
 @dataclass

@@ -3,85 +3,54 @@ the raw bytes with one; optionally followed until the container stops."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing
-
-import trio
 
 from svc.engine.container import Container
-from svc.storage.jsonlog import format_time
+from svc.engine.log_chunks import raw_chunks, raw_follow, thread_iter
+from svc.engine.log_tap import follow_output
 from svc.storage.logfollow import follow as follow_records
 from svc.storage.logfollow import follow_framed
-from svc.storage.logreader import LogRecord, read_framed, read_logs
-
-RAW_CHUNK = 1 << 17
+from svc.storage.logreader import read_framed, read_logs
 
 
 def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail: int | None,
                timestamps: bool, follow: bool, raw: bool | None = None) -> AsyncIterator[bytes]:
     """The chunks to send: stdcopy frames, or the raw bytes for a TTY (or ``raw``). With
-    ``follow`` on a running container the stream ends when it stops (its writer closed);
-    cancellation closes the open files."""
+    ``follow`` on a running container the stream ends when it stops (its writer closed):
+    served from the output as it is logged (``log_tap``), or, with no writer in this process
+    or a ``since`` in the future, by polling the file. Cancellation closes the open files."""
     path = c.log_path
     raw = c.tty if raw is None else raw
-    if not path.exists():
-        return _empty()
     live = c.live
-    if follow and live is not None:
-        if raw:
-            return _raw_follow(follow_records(path, stdout=stdout, stderr=stderr,
-                                              since_ns=since_ns, tail=tail, stop=live.exited),
-                               timestamps)
-        return follow_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
-                             timestamps=timestamps, stop=live.exited)
+    if not (follow and live is not None and path.exists()):
+        return thread_iter(read_log(c, stdout=stdout, stderr=stderr, since_ns=since_ns,
+                                    tail=tail, timestamps=timestamps, raw=raw))
+    if live.log is not None and not live.exited.is_set() and since_ns <= time.time_ns():
+        return follow_output(live.log, c.hub, live.exited, stdout=stdout, stderr=stderr,
+                             since_ns=since_ns, tail=tail, timestamps=timestamps, raw=raw)
     if raw:
-        return _thread_iter(_raw_chunks(read_logs(path, stdout=stdout, stderr=stderr,
-                                                  since_ns=since_ns, tail=tail), timestamps))
-    return _thread_iter(read_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns,
-                                    tail=tail, timestamps=timestamps))
+        return raw_follow(follow_records(path, stdout=stdout, stderr=stderr, since_ns=since_ns,
+                                         tail=tail, stop=live.exited,
+                                         grown=c.hub.next_publish), timestamps)
+    return follow_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                         timestamps=timestamps, stop=live.exited, grown=c.hub.next_publish)
 
 
-def _stamped(rec: LogRecord, timestamps: bool) -> bytes:
-    return format_time(rec.time_ns).encode() + b" " + rec.data if timestamps else rec.data
+def follows(c: Container, follow: bool) -> bool:
+    """Whether a logs request with ``follow`` streams live (the container runs)."""
+    return follow and c.live is not None and c.log_path.exists()
 
 
-def _raw_chunks(records: Iterator[LogRecord], timestamps: bool) -> Iterator[bytes]:
-    out: list[bytes] = []
-    size = 0
-    for rec in records:
-        piece = _stamped(rec, timestamps)
-        out.append(piece)
-        size += len(piece)
-        if size >= RAW_CHUNK:
-            yield b"".join(out)
-            out, size = [], 0
-    if out:
-        yield b"".join(out)
-
-
-async def _thread_iter(it: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """Drive a blocking iterator (file reads) in a worker thread, a chunk per hand-off."""
-    done = object()
-    try:
-        while True:
-            chunk = await trio.to_thread.run_sync(next, it, done)
-            if chunk is done:
-                return
-            assert isinstance(chunk, bytes)
-            yield chunk
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
-
-
-async def _raw_follow(records: AsyncIterator[LogRecord],
-                      timestamps: bool) -> AsyncIterator[bytes]:
-    async with aclosing(records):  # type: ignore[type-var]
-        async for rec in records:
-            yield _stamped(rec, timestamps)
-
-
-async def _empty() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover
+def read_log(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail: int | None,
+             timestamps: bool, raw: bool | None = None) -> Iterator[bytes]:
+    """What the log holds now, as :func:`log_stream` chunks it; blocking, for a worker thread.
+    Closing the iterator closes the files."""
+    raw = c.tty if raw is None else raw
+    if not c.log_path.exists():
+        return iter(())
+    if raw:
+        return raw_chunks(read_logs(c.log_path, stdout=stdout, stderr=stderr,
+                                    since_ns=since_ns, tail=tail), timestamps)
+    return read_framed(c.log_path, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                       timestamps=timestamps)

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
 from svc.engine.container_state import State
 from svc.engine.events import EventBus
 from svc.engine.images import ImageService
+from svc.engine.log_tap import Tapped
 from svc.engine.userdb import resolve_user
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.runtime.cgroups import CgroupV1
@@ -259,6 +261,7 @@ class Runner:
         except (OSError, ValueError) as exc:  # the log cannot be opened: run without it
             log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
             writer = None
+        live.log = writer
         task_status.started()
         try:
             await self._supervise_run(c, live, pipes, writer)
@@ -408,17 +411,24 @@ def _open_log(c: Container) -> JsonLogWriter | None:
 async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub: OutputHub,
                        done: trio.Event) -> None:
     """Copy one output stream to the log and the attached clients until EOF (a pty master
-    reports EIO at the end)."""
+    reports EIO at the end). Each log write is handed to the ``logs -f`` taps in the same
+    step, with the writer's position after it."""
     code = STDOUT if name == "stdout" else STDERR
     try:
         async with aclosing(output_chunks(stream)) as chunks:
             async for chunk in chunks:
                 if writer is not None:
-                    writer.write(name, chunk)
+                    ts = time.time_ns()
+                    writer.write(name, chunk, ts)
+                    if hub.taps:
+                        hub.logged(Tapped(code, chunk, ts, *writer.position()))
                 await hub.publish(code, chunk)
     finally:
         if writer is not None:
-            writer.flush()
+            ts = time.time_ns()
+            writer.flush(ts, name)  # this stream's unfinished line: the other may go on
+            if hub.taps:
+                hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
         done.set()
 
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import io
 import os
 import re
 import time
+import weakref
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -125,6 +127,37 @@ def _split_long(buf: bytes, end: bytes) -> list[bytes]:
     return out
 
 
+def records_of(data: bytes) -> tuple[list[tuple[list[bytes], bool]], bytes]:
+    """The records that :meth:`JsonLogWriter.write` makes of ``data`` (its stream's unfinished
+    line already prepended), as payloads, and the unfinished rest it keeps.
+
+    Payloads come in groups ``(payloads, stripped)``: with ``stripped`` each payload is a
+    whole line without its newline (the common case, split in one pass); otherwise each is
+    exact (16 KiB pieces of long lines, whose final record keeps its newline).
+    """
+    cut = data.rfind(b"\n") + 1
+    groups: list[tuple[list[bytes], bool]] = []
+    if cut:
+        whole = data if cut == len(data) else data[:cut]
+        lines = whole.split(b"\n")
+        lines.pop()
+        if len(whole) > MAX_LINE and _has_long_line(whole):
+            exact: list[bytes] = []
+            for line in lines:
+                end = len(line) - len(line) % MAX_LINE if len(line) >= MAX_LINE else 0
+                exact += [line[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)]
+                exact.append(line[end:] + b"\n")
+            groups.append((exact, False))
+        else:
+            groups.append((lines, True))
+    rest = data[cut:]
+    if len(rest) >= MAX_LINE:
+        end = len(rest) - len(rest) % MAX_LINE
+        groups.append(([rest[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)], False))
+        rest = rest[end:]
+    return groups, rest
+
+
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?) ?(?:([kmgtp])(?:i?b)?|b)?$", re.IGNORECASE)
 _UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
@@ -218,6 +251,27 @@ def gzip_file(src: Path, dst: Path, last_time: str | None) -> None:
     src.unlink()
 
 
+class LogFileRef:
+    """A read-only descriptor on one live file of a writer, opened when the writer opened it.
+
+    A reader that must resume exactly where some write ended (``logs -f`` falling back from
+    the live output to the file) reads through it: a rotation renames, compresses or deletes
+    the name, never the open file. The descriptor closes when the last reference goes.
+    """
+
+    __slots__ = ("fd", "inode", "__weakref__")
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.inode = os.fstat(self.fd).st_ino
+        weakref.finalize(self, os.close, self.fd)
+
+    def open(self) -> io.FileIO:
+        """The file again, with its own offset (a ``dup`` would share this one's with every
+        other reader); works after the name is gone."""
+        return io.FileIO(os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC), "rb")
+
+
 class JsonLogWriter:
     """Appends a container's output to ``path`` in dockerd's json-file format.
 
@@ -255,6 +309,18 @@ class JsonLogWriter:
     def size(self) -> int:
         """Bytes in the live file."""
         return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def position(self) -> tuple[LogFileRef, int]:
+        """The live file and the end of its last whole record: where the next write goes."""
+        return self._ref, self._size
+
+    def pending(self) -> tuple[bytes, bytes]:
+        """The unfinished last line of stdout and of stderr, not in the file yet."""
+        return self._pending[0], self._pending[1]
 
     def write(self, stream: str, data: bytes, ts_ns: int | None = None) -> None:
         """Log ``data`` from ``stream`` ("stdout" or "stderr"), stamped ``ts_ns`` (default now).
@@ -295,12 +361,15 @@ class JsonLogWriter:
         if parts:
             self._emit(parts, stamp)
 
-    def flush(self, ts_ns: int | None = None) -> None:
-        """Write each stream's unfinished line as a partial record (no trailing ``\\n``)."""
+    def flush(self, ts_ns: int | None = None, stream: str | None = None) -> None:
+        """Write the unfinished line of ``stream`` (default: of each) as a partial record (no
+        trailing ``\\n``). One stream's end must not cut the other's line in two."""
         stamp = format_time(time.time_ns() if ts_ns is None else ts_ns)
-        for idx, stream in enumerate(STREAMS):
+        for idx, name in enumerate(STREAMS):
+            if stream not in (None, name):
+                continue
             if self._pending[idx] and self._fd >= 0:
-                rec = _START + escape(self._pending[idx]) + _record_end(stream, stamp)
+                rec = _START + escape(self._pending[idx]) + _record_end(name, stamp)
                 self._pending[idx] = b""
                 self._emit([rec], stamp)
 
@@ -354,6 +423,7 @@ class JsonLogWriter:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the torn-tail check
         self._fd = os.open(self.path, flags | (os.O_TRUNC if truncate else 0), FILE_MODE)
         self._size = os.fstat(self._fd).st_size
+        self._ref = LogFileRef(self.path)
         if self._size and os.pread(self._fd, 1, self._size - 1) != b"\n":
             self._write_all([b"\n"], 1)  # keep a torn record on a line of its own
 

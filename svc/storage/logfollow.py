@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+)
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
@@ -17,6 +24,7 @@ from typing import TypeVar
 
 import trio
 
+from svc.storage.jsonlog import LogFileRef
 from svc.storage.logreader import (
     BLOCK,
     POLL_INTERVAL,
@@ -106,17 +114,26 @@ async def _convert_blocks(
         blocks.close()
 
 
+def _waiter(stop: trio.Event | None, poll: float) -> Callable[[trio.Event | None],
+                                                            Awaitable[None]]:
+    async def wait(growth: trio.Event | None) -> None:
+        """Until ``stop`` or ``growth`` is set, or ``poll`` seconds have passed."""
+        with trio.move_on_after(poll):
+            async with trio.open_nursery() as nursery:
+                for ev in (stop, growth):
+                    if ev is not None:
+                        nursery.start_soon(_set_then_cancel, ev, nursery.cancel_scope)
+                if stop is None and growth is None:
+                    await trio.sleep_forever()
+
+    return wait
+
+
 async def _follow(
     path: Path, convert: Callable[[bytes], T], *, tail: int | None, since_ns: int,
-    stop: trio.Event | None, poll: float,
+    stop: trio.Event | None, poll: float, grown: Callable[[], trio.Event] | None,
 ) -> AsyncGenerator[T, None]:
-    async def wait() -> None:
-        if stop is None:
-            await trio.sleep(poll)
-            return
-        with trio.move_on_after(poll):
-            await stop.wait()
-
+    wait = _waiter(stop, poll)
     run = trio.to_thread.run_sync
     if not await run(path.exists):
         tail = None  # everything the container writes from now on is new
@@ -125,7 +142,7 @@ async def _follow(
             lf.raw.close()
         if stop is not None and stop.is_set():
             return
-        await wait()
+        await wait(None)
     f = files[-1].raw
     try:
         try:
@@ -139,9 +156,28 @@ async def _follow(
                 lf.raw.close()
         live = [e[1] for e in plan if e[0].raw is f]
         pos = live[0] if live else (await run(_tail_start, files[-1], 0))[0]
+    except BaseException:
+        f.close()
+        raise
+    async with aclosing(_follow_live(path, f, pos, convert, stop=stop, poll=poll,
+                                     grown=grown)) as items:
+        async for item in items:
+            yield item
+
+
+async def _follow_live(
+    path: Path, f: io.FileIO, pos: int, convert: Callable[[bytes], T], *,
+    stop: trio.Event | None, poll: float, grown: Callable[[], trio.Event] | None,
+) -> AsyncGenerator[T, None]:
+    """Whole lines of ``f`` from ``pos`` on as they are written, then of the files that
+    rotation puts after it; ``f`` is closed at the end."""
+    wait = _waiter(stop, poll)
+    run = trio.to_thread.run_sync
+    try:
         ino = os.fstat(f.fileno()).st_ino
         while True:
             final = stop is not None and stop.is_set()
+            growth = grown() if grown is not None else None  # before the read: none missed
             got, pos = await run(_read_live, f, pos, convert)
             if got is not None:
                 yield got
@@ -155,7 +191,7 @@ async def _follow(
                     pos = step[1]
                     yield step[0]
                 if (found := await run(_successors, path, ino)) is None:
-                    await wait()  # the new file is not there yet
+                    await wait(growth)  # the new file is not there yet
                     continue
                 f.close()
                 f, between = found
@@ -172,14 +208,20 @@ async def _follow(
             elif final:
                 return
             else:
-                await wait()
+                await wait(growth)
     finally:
         f.close()
+
+
+async def _set_then_cancel(ev: trio.Event, scope: trio.CancelScope) -> None:
+    await ev.wait()
+    scope.cancel()
 
 
 async def follow(
     path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
     stop: trio.Event | None = None, poll_interval: float = POLL_INTERVAL,
+    grown: Callable[[], trio.Event] | None = None,
 ) -> AsyncIterator[LogRecord]:
     """Yield the existing records (as :func:`read_logs`), then new ones as they are written.
 
@@ -194,6 +236,9 @@ async def follow(
     Args:
         stop: once set (the container stopped and its writer was closed), whatever was
             written is drained and the iteration ends. Without it, it ends only when cancelled.
+        grown: the writer's signal, when it lives in this process: returns an event that is
+            set at its next write. A caught-up reader then wakes at once instead of at the
+            next poll (polling still catches what the signal does not report).
 
     Cancellation: each read runs in a worker thread and finishes before the cancellation is
     delivered; the open files are closed when the generator is. A caller that may stop
@@ -203,7 +248,8 @@ async def follow(
     if not want:
         return
     convert = partial(_to_records, want, since_ns)
-    batches = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval)
+    batches = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval,
+                      grown=grown)
     async with aclosing(batches):
         async for batch in batches:
             for rec in batch:
@@ -213,15 +259,48 @@ async def follow(
 async def follow_framed(
     path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
     timestamps: bool = False, stop: trio.Event | None = None,
-    poll_interval: float = POLL_INTERVAL,
+    poll_interval: float = POLL_INTERVAL, grown: Callable[[], trio.Event] | None = None,
 ) -> AsyncIterator[bytes]:
     """:func:`follow` as stdcopy frames in chunks, like :func:`read_framed`."""
     want = _want(stdout, stderr)
     if not want:
         return
     convert = partial(_to_frames, want, since_ns, timestamps)
-    chunks = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval)
+    chunks = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval,
+                      grown=grown)
     async with aclosing(chunks):
         async for chunk in chunks:
             if chunk:
                 yield chunk
+
+
+async def follow_from(
+    path: Path, ref: LogFileRef, pos: int, *, stdout: bool, stderr: bool,
+    stop: trio.Event | None = None, poll_interval: float = POLL_INTERVAL,
+    grown: Callable[[], trio.Event] | None = None,
+) -> AsyncIterator[LogRecord]:
+    """:func:`follow`'s live part from a writer's position (``ref``, ``pos``): for a reader
+    that was served from elsewhere up to that point."""
+    want = _want(stdout, stderr)
+    batches = _follow_live(path, ref.open(), pos, partial(_to_records, want, 0), stop=stop,
+                           poll=poll_interval, grown=grown)
+    async with aclosing(batches):
+        async for batch in batches:
+            for rec in batch:
+                yield rec
+
+
+async def follow_framed_from(
+    path: Path, ref: LogFileRef, pos: int, *, stdout: bool, stderr: bool,
+    timestamps: bool = False, stop: trio.Event | None = None,
+    poll_interval: float = POLL_INTERVAL, grown: Callable[[], trio.Event] | None = None,
+) -> AsyncIterator[bytes]:
+    """:func:`follow_from` as stdcopy frames in chunks."""
+    want = _want(stdout, stderr)
+    chunks = _follow_live(path, ref.open(), pos, partial(_to_frames, want, 0, timestamps),
+                          stop=stop, poll=poll_interval, grown=grown)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if chunk:
+                yield chunk
+

@@ -33,11 +33,11 @@ import zlib
 from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from itertools import compress, repeat
-from operator import add, and_, eq, ge, itemgetter
+from operator import add, and_, eq, ge, itemgetter, methodcaller
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from svc.storage.jsonlog import MAX_LINE, format_time
+from svc.storage.jsonlog import MAX_LINE, LogFileRef, format_time
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns
 
@@ -48,7 +48,7 @@ POLL_INTERVAL = 0.05
 _HDR = struct.Struct(">BxxxL")
 _NAMES = ("", "stdout", "stderr")
 T = TypeVar("T")
-_File = gzip.GzipFile | io.FileIO
+_File = gzip.GzipFile | io.FileIO | io.RawIOBase
 
 
 class LogRecord(NamedTuple):
@@ -59,14 +59,12 @@ class LogRecord(NamedTuple):
 
 # The writer's exact line is {"log":"<X>\n","stream":"stdxxx","time":"<30 chars>"}: split at
 # its newlines, a block's lines have their fields at fixed offsets from either end.
-_NOT_QUOTES = bytes(c for c in range(256) if c not in b'"\\\n')
-_SHAPE = b'"""\\"""""""""\n'  # quotes, backslash and newline of one exact line, in order
-# Offsets in a whole line (without its newline): {"log":"<X>\n","stream":"stdxxx","time":"<30>"}
+_STARTS = methodcaller("startswith", b'{"log":"')
 _TEXT = itemgetter(slice(8, -62))
-_MARK = itemgetter(-62)  # the backslash of the final \n
-_STREAM_CHAR = itemgetter(-45)  # 'o' of stdout, 'e' of stderr
-_HEAD = itemgetter(slice(None, 8))
-_CODE_OF = bytes(STDOUT if c == ord("o") else STDERR if c == ord("e") else 0 for c in range(256))
+_MID = itemgetter(slice(-62, -32))  # \n","stream":"stdxxx","time":"
+_MID_CODES = {b'\\n","stream":"stdout","time":"': STDOUT,
+              b'\\n","stream":"stderr","time":"': STDERR}
+_END = itemgetter(slice(-2, None))
 _STAMP = itemgetter(slice(-32, -2))
 _SECOND = itemgetter(slice(-32, -13))
 _NANOS = itemgetter(slice(-12, -3))
@@ -126,46 +124,48 @@ class _Block(NamedTuple):
     stamps: list[bytes] | None  # nine-digit RFC 3339, for timestamps=True
 
 
-def _exact_pieces(block: bytes) -> list[bytes] | None:
-    """The lines of ``block`` (without their newlines) if every one has the writer's exact
+def _exact(block: bytes) -> tuple[list[bytes], list[bytes], list[int]] | None:
+    """``(lines, texts, stream codes)`` of ``block`` if every line has the writer's exact
     shape, else None.
 
-    The quotes, backslashes and newlines of the block, in order, must be those of n exact
-    lines, so no text or time holds a quote or an escape; every line must then start with
-    ``{"log":"`` and end with ``"}``, and its one backslash sit 62 bytes from its end (which
-    rules out times of other lengths, such as dockerd's trimmed ones). The block is split at
-    its newlines: a one-byte split runs at memory speed, where splitting at the multi-byte
-    record separator crawls over long runs of one character.
+    Each line must start with ``{"log":"``, hold a stream's constant middle 62 bytes before
+    its end (a time of another length, such as dockerd's trimmed ones, fails here) and end
+    with ``"}``; and no text may hold a quote or a backslash (searched in all texts at once,
+    at memory speed), so none needed unescaping. The block is split at its newlines: a
+    one-byte split runs at memory speed, where splitting at the multi-byte record separator
+    crawls over long runs of one character.
     """
-    shape = block.translate(None, _NOT_QUOTES)
-    n = len(shape) // len(_SHAPE)
-    if not n or shape != _SHAPE * n or block.count(b'"}\n') != n:
-        return None
     lines = block.split(b"\n")
     lines.pop()  # after the last newline
-    if len(lines) != n or set(map(_HEAD, lines)) != {b'{"log":"'}:
+    if not lines or not all(map(_STARTS, lines)):
         return None
-    return lines if set(map(_MARK, lines)) == {0x5C} else None
+    mids = set(map(_MID, lines))
+    if not mids <= _MID_CODES.keys() or set(map(_END, lines)) != {b'"}'}:
+        return None
+    texts = list(map(_TEXT, lines))
+    joined = b"".join(texts)
+    if b'"' in joined or b"\\" in joined:
+        return None
+    if len(mids) == 1:
+        codes = [_MID_CODES[mids.pop()]] * len(lines)
+    else:
+        codes = list(map(_MID_CODES.__getitem__, map(_MID, lines)))
+    return lines, texts, codes
 
 
 def _parse(block: bytes, *, times: bool, stamps: bool) -> _Block:
     try:
-        pieces = _exact_pieces(block)
-        if pieces is not None:
+        exact = _exact(block)
+        if exact is not None:
+            lines, texts, codes = exact
             t = None
             if times:  # a time of another shape fails in _SECONDS or int()
-                t = list(map(add, map(_SECONDS.__getitem__, map(_SECOND, pieces)),
-                             map(int, map(_NANOS, pieces))))
-            chars = set(map(_STREAM_CHAR, pieces))
-            if len(chars) == 1:
-                codes = [_CODE_OF[chars.pop()]] * len(pieces)
-            else:
-                codes = list(map(_CODE_OF.__getitem__, map(_STREAM_CHAR, pieces)))
-            if 0 not in codes:
-                st = list(map(_STAMP, pieces)) if stamps else None
-                return _Block(codes, list(map(_TEXT, pieces)), True, t, st)
+                t = list(map(add, map(_SECONDS.__getitem__, map(_SECOND, lines)),
+                             map(int, map(_NANOS, lines))))
+            st = list(map(_STAMP, lines)) if stamps else None
+            return _Block(codes, texts, True, t, st)
     except (ValueError, IndexError):
-        pass  # a short line or a bad time: the slow path drops just that line
+        pass  # a bad time: the slow path drops just that line
     return _parse_slow(block, stamps)
 
 
@@ -242,14 +242,19 @@ def _records(b: _Block) -> list[LogRecord]:
 
 
 def _frames(b: _Block) -> bytes:
-    """One stdcopy frame per record, concatenated: ``[type 0 0 0 len32] [stamp ' '] payload``.
+    """One stdcopy frame per record, concatenated: ``[type 0 0 0 len32] [stamp ' '] payload``."""
+    return b"".join(_frame_parts(b))
+
+
+def _frame_parts(b: _Block) -> list[bytes]:
+    """The pieces of :func:`_frames`, unjoined.
 
     A fast-path payload's newline is carried by the next frame's cached header ("\\n" + header),
     so that joining takes two or four parts per record and no payload is copied twice.
     """
     n = len(b.datas)
     if not n:
-        return b""
+        return []
     nl = b"\n" if b.newline else b""
     ts = 0 if b.stamps is None else 31
     if b.codes.count(b.codes[0]) == n:
@@ -265,7 +270,17 @@ def _frames(b: _Block) -> bytes:
     if b.stamps is not None:
         parts[1::step] = b.stamps
     parts[-1] = nl
-    return b"".join(parts)
+    return parts
+
+
+def frame_parts(code: int, payloads: list[bytes], stripped: bool,
+                stamp: bytes | None) -> list[bytes]:
+    """One stdcopy frame per payload of stream ``code`` (each plus a newline if ``stripped``,
+    each after ``stamp`` and a space when one is given), as :func:`read_framed` frames the
+    same records read back; in pieces, for the caller to join once."""
+    n = len(payloads)
+    return _frame_parts(_Block([code] * n, payloads, stripped, None,
+                          None if stamp is None else [stamp] * n))
 
 
 def _to_records(want: int, since_ns: int, block: bytes) -> list[LogRecord]:
@@ -283,11 +298,36 @@ class _LogFile(NamedTuple):
     raw: io.FileIO  # open, so that rotation cannot swap it for another file
     gz: bool
     path: Path  # its name when opened
+    end: int | None = None  # read a plain file only up to here (a writer's position)
+    start: int = 0  # and from here
 
     def reader(self) -> _File:
         """A reader from the start of the (decompressed) contents."""
         self.raw.seek(0)
-        return gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gz else self.raw
+        if self.gz:
+            return gzip.GzipFile(fileobj=self.raw, mode="rb")
+        return self.raw if self.end is None else _Bounded(self.raw, self.end)
+
+
+class _Bounded(io.RawIOBase):
+    """A plain file read only up to ``end``."""
+
+    def __init__(self, raw: io.FileIO, end: int) -> None:
+        super().__init__()
+        self.raw, self.end = raw, end
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        return self.raw.seek(pos, whence)
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.end - self.raw.tell()
+        return self.raw.read(left if size < 0 else min(size, left)) if left > 0 else b""
+
+
+LogFiles = list[_LogFile]  # an opened set of a log's files, oldest first
 
 
 def _listing(path: Path) -> list[tuple[Path, bool, int]]:
@@ -369,7 +409,7 @@ def _tail_start(lf: _LogFile, need: int) -> tuple[int, int, int]:
         total = sum(block.count(b"\n") for block in _blocks(lf.reader()))
         return 0, max(0, total - need), min(total, need)
     f = lf.raw
-    pos, seen = f.seek(0, os.SEEK_END), 0
+    pos, seen = f.seek(0, os.SEEK_END) if lf.end is None else lf.end, 0
     while pos > 0:
         start = max(0, pos - BLOCK)
         f.seek(start)
@@ -394,7 +434,7 @@ def _last_time_ns(lf: _LogFile) -> int | None:
             return None
         meta = json.loads(os.pread(fd, int.from_bytes(head[10:12], "little"), 12))
         return parse_timestamp_ns(meta["lastTime"])
-    size = os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if lf.end is None else lf.end
     lines = os.pread(fd, min(size, 65536), max(0, size - 65536)).split(b"\n")[:-1]
     rec = _parse_line(lines[-1]) if lines else None
     return None if rec is None else rec[2]
@@ -404,7 +444,7 @@ def _plan(
     files: list[_LogFile], tail: int | None, since_ns: int
 ) -> list[tuple[_LogFile, int, int]]:
     """``(file, offset, skip_lines)`` to read, oldest first."""
-    plan = [(lf, 0, 0) for lf in files]
+    plan = [(lf, lf.start, 0) for lf in files]
     if tail is not None and tail >= 0:
         plan, need = [], tail
         for lf in reversed(files):
@@ -429,8 +469,32 @@ def _plan(
     return plan
 
 
-def _read(path: Path, tail: int | None, since_ns: int) -> Generator[bytes, None, None]:
-    files = _open_all(path)
+def snapshot(path: Path, live: LogFileRef, end: int) -> LogFiles:
+    """The log's files as a writer's position leaves them: the rotated ones, then the live
+    file (``live``) up to ``end``, for a reader that takes over from there by other means.
+
+    Blocking, but only a listing and a few opens; the caller must keep the writer from
+    writing meanwhile (it holds the event loop the writer runs in), or the set may not match
+    the position. Pass the result to :func:`read_logs` or :func:`read_framed`, which close it.
+    """
+    older: list[_LogFile] = []
+    for lf in _open_all(path):
+        if os.fstat(lf.raw.fileno()).st_ino == live.inode or len(older) > 1000:
+            lf.raw.close()
+            continue
+        older.append(lf)
+    return [*older, _LogFile(live.open(), False, path, end)]
+
+
+def span(path: Path, live: LogFileRef, start: int, end: int) -> LogFiles:
+    """The part of one writer's file between two of its positions, for :func:`read_framed`
+    or :func:`read_logs` (without ``tail``)."""
+    return [_LogFile(live.open(), False, path, end, start)]
+
+
+def _read(source: Path | LogFiles, tail: int | None,
+          since_ns: int) -> Generator[bytes, None, None]:
+    files = _open_all(source) if isinstance(source, Path) else source
     try:
         yield from _read_plan(_plan(files, tail, since_ns))
     finally:
@@ -443,12 +507,14 @@ def _want(stdout: bool, stderr: bool) -> int:
 
 
 def read_logs(
-    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None
+    path: Path | LogFiles, *, stdout: bool, stderr: bool, since_ns: int = 0,
+    tail: int | None = None,
 ) -> Iterator[LogRecord]:
     """The log's records, oldest first.
 
     Args:
-        path: the live log file (rotated siblings are found next to it).
+        path: the live log file (rotated siblings are found next to it), or the files of a
+            :func:`snapshot`.
         stdout, stderr: which streams to return.
         since_ns: skip records stamped before this Unix time in ns (0: no limit).
         tail: only the last ``tail`` lines, counted over both streams as dockerd does
@@ -464,8 +530,8 @@ def read_logs(
 
 
 def read_framed(
-    path: Path, *, stdout: bool, stderr: bool, since_ns: int = 0, tail: int | None = None,
-    timestamps: bool = False,
+    path: Path | LogFiles, *, stdout: bool, stderr: bool, since_ns: int = 0,
+    tail: int | None = None, timestamps: bool = False,
 ) -> Iterator[bytes]:
     """Like :func:`read_logs`, as ready-made stdcopy frames, about 150 KiB per chunk.
 

@@ -20,6 +20,7 @@ from svc.storage.jsonlog import (
     format_time,
     parse_log_opts,
     parse_size,
+    records_of,
 )
 from svc.storage.logfollow import follow, follow_framed
 from svc.storage.logreader import LogRecord, log_files, read_framed, read_logs
@@ -176,6 +177,25 @@ def test_close_flushes_the_unfinished_line(tmp_path: Path) -> None:
     assert [r.data for r in records(path)] == [b"no newline"]
     with pytest.raises(ValueError):
         w.write("stdout", b"x")
+
+
+def test_one_streams_end_does_not_cut_the_others_line(tmp_path: Path) -> None:
+    path = tmp_path / "c-json.log"
+    with JsonLogWriter(path, max_size=None) as w:
+        w.write("stdout", b"half", T0)
+        w.write("stderr", b"err", T0)
+        w.flush(T0, "stderr")  # stderr reached EOF; stdout goes on
+        assert w.pending() == (b"half", b"")
+        w.write("stdout", b" line\n", T0)
+    assert [(r.stream, r.data) for r in records(path)] == [("stderr", b"err"),
+                                                            ("stdout", b"half line\n")]
+
+
+def test_records_of_cuts_as_the_writer_does() -> None:
+    groups, rest = records_of(b"a\nbb\n" + b"x" * (MAX_LINE + 5))
+    assert groups == [([b"a", b"bb"], True), ([b"x" * MAX_LINE], False)] and rest == b"x" * 5
+    groups, rest = records_of(b"y" * (MAX_LINE + 2) + b"\nz")
+    assert groups == [([b"y" * MAX_LINE, b"yy\n"], False)] and rest == b"z"
 
 
 @pytest.mark.parametrize(
@@ -389,6 +409,21 @@ def test_reads_dockerds_own_lines(tmp_path: Path) -> None:
         LogRecord("stderr", b"x<\n", 1546341072_000000000),
         LogRecord("stdout", b"y\xef\xbf\xbd\n", 1546341072_000000000),
     ]
+
+
+def test_escapes_near_the_fixed_offsets_take_the_careful_path(tmp_path: Path) -> None:
+    """Lines one escape away from the writer's exact shape: a tab where the final newline's
+    escape sits (dockerd escapes a tab as \\t), a quote in the text, a stream other than
+    stdout/stderr. Each is read for what it is, amid exact lines, by both readers."""
+    path = tmp_path / "c-json.log"
+    stamp = b'","stream":"stdout","time":"2019-01-01T11:11:11.000000000Z"}\n'
+    exact = encode_record("stdout", b"plain\n", T0)
+    path.write_bytes(exact + b'{"log":"tab\\t' + stamp + exact
+                     + b'{"log":"a \\"quote\\"\\n' + stamp
+                     + b'{"log":"odd\\n","stream":"stdodd"' + stamp[19:])
+    want = [b"plain\n", b"tab\t", b"plain\n", b'a "quote"\n']
+    assert [r.data for r in records(path)] == want
+    assert [d for _, d in unframe(list(read_framed(path, stdout=True, stderr=True)))] == want
 
 
 # -- framing -----------------------------------------------------------------------------------

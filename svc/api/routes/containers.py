@@ -17,12 +17,12 @@ from svc.api.errors import json_errors
 from svc.api.hijack import hijack
 from svc.api.params import json_body, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
-from svc.api.streaming import StreamBody
+from svc.api.streaming import StreamBody, direct_head, send_chunks, send_chunks_from_thread
 from svc.api.versioning import api_version
 from svc.engine.container import Container
 from svc.engine.container_fs import path_stat_header
 from svc.engine.container_list import FILTERS, select
-from svc.engine.container_logs import log_stream
+from svc.engine.container_logs import follows, log_stream, read_log
 from svc.engine.containers import ContainerService
 from svc.errors import InvalidParameter
 from svc.models.containers import (
@@ -309,9 +309,22 @@ async def logs(ref: str) -> Response:
             raise InvalidParameter(f"invalid tail value {tail_raw!r}: a number or all") \
                 from None
         tail = None if tail < 0 else tail
-    chunks = log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
-                        timestamps=qbool("timestamps"), follow=qbool("follow"))
-    return Response(StreamBody(chunks, lambda: None), status=200, content_type=RAW_STREAM)
+    timestamps, follow = qbool("timestamps"), qbool("follow")
+    # The body is written straight to the socket (hypercorn's path costs more CPU than
+    # reading the log does); a chunked body, then the connection closes.
+    raw = await hijack(request, head=direct_head(RAW_STREAM))
+    raw.grow_send_buffer()
+    try:
+        if follows(c, follow):
+            await send_chunks(raw, log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns,
+                                              tail=tail, timestamps=timestamps, follow=True))
+        else:
+            await send_chunks_from_thread(raw, read_log(
+                c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                timestamps=timestamps))
+    finally:
+        await raw.aclose()
+    return Response(b"")
 
 
 # -- filesystem -----------------------------------------------------------------------------
