@@ -172,10 +172,12 @@ def _log_readback(c: Client, ctx: Context) -> tuple[float, int]:
     status, raw = c.call("POST", f"/v1.23/containers/{cid}/wait")
     _check(status, raw, 200, "wait for the log writer")
     os.sync()
-    c.sock.sendall(request_bytes("GET", f"/v1.23/containers/{cid}/logs?stdout=1"))
+    s = connect(ctx.daemon.socket, timeout=300)  # svcd closes the connection after logs
+    s.sendall(request_bytes("GET", f"/v1.23/containers/{cid}/logs?stdout=1"))
     t0 = time.perf_counter()
-    status, total, _ = read_body(c.sock, keep=0)
+    status, total, _ = read_body(s, keep=0)
     seconds = time.perf_counter() - t0
+    s.close()
     _check(status, b"", 200, "logs")
     c.call("DELETE", f"/v1.23/containers/{cid}")
     payload = total - 8 * lines  # one 8-byte frame header per line
