@@ -15,6 +15,7 @@ from svc.api.routes import events as events_routes
 from svc.api.routes import execs as execs_routes
 from svc.api.routes import images as images_routes
 from svc.api.routes import system as system_routes
+from svc.api.routes import volumes as volumes_routes
 from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
 from svc.engine.engine import Engine
 from svc.version import API_VERSION_STR, SERVER_HEADER
@@ -59,6 +60,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(images_routes.bp)
     app.register_blueprint(containers_routes.bp)
     app.register_blueprint(execs_routes.bp)
+    app.register_blueprint(volumes_routes.bp)
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)

@@ -51,13 +51,9 @@ def network_settings(c: Container) -> NetworkSettingsBody:
 
 
 def mounts(c: Container) -> list[MountPoint]:
-    out = []
-    for bind in c.host_config.get("Binds") or []:
-        parts = bind.split(":")
-        mode = parts[2] if len(parts) > 2 else ""
-        out.append(MountPoint(Source=parts[0], Destination=parts[1], Mode=mode,
-                              RW="ro" not in mode.split(","), Propagation="rprivate"))
-    return out
+    return [MountPoint(Name=m["Name"], Source=m["Source"], Destination=m["Destination"],
+                       Driver=m["Driver"], Mode=m["Mode"], RW=m["RW"],
+                       Propagation=m["Propagation"]) for m in c.mounts]
 
 
 def inspect(c: Container, images: ImageService, version: Version,

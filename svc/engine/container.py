@@ -84,6 +84,7 @@ class Container:
     lock: trio.Lock = field(default_factory=trio.Lock)  # serialises lifecycle verbs
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)  # container_mounts.plan
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
     hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
@@ -148,7 +149,7 @@ class Container:
                 "host_config": self.host_config, "image_id": self.image_id,
                 "state": self.state.record(), "restart_count": self.restart_count,
                 "has_been_started": self.has_been_started,
-                "manually_stopped": self.manually_stopped}
+                "manually_stopped": self.manually_stopped, "mounts": self.mounts}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
@@ -161,6 +162,7 @@ class Container:
                    restart_count=int(rec.get("restart_count", 0)),
                    has_been_started=bool(rec.get("has_been_started", False)),
                    manually_stopped=bool(rec.get("manually_stopped", False)),
+                   mounts=[dict(m) for m in rec.get("mounts") or []],
                    dir=containers_dir / cid)
 
 

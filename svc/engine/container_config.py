@@ -299,6 +299,8 @@ def _drop_missing_knobs(hc: HostConfigBody, knobs: Knobs) -> list[str]:
 def host_config_record(hc: HostConfigBody) -> dict[str, Any]:
     """The HostConfig as inspect shows it (dockerd fills a few defaults)."""
     out = hc.model_dump()
+    if out.get("Mounts") is None:
+        out.pop("Mounts", None)  # v1.25's field: shown only when a client sent it
     if not out.get("NetworkMode"):
         out["NetworkMode"] = "default"
     if not out["LogConfig"].get("Type"):

@@ -184,14 +184,16 @@ def _produce_to_temp(upper: Path, tmp_dir: Path) -> str:
 
 
 def _in_bind(c: Container, path: str) -> tuple[bool, bool]:
-    """(inside a bind, that bind is read-only) for an absolute container path."""
+    """(inside a mount point, that mount is read-only) for an absolute container path: the
+    deepest mount point holding it decides."""
     p = "/" + path.strip("/")
-    for bind in c.host_config.get("Binds") or []:
-        parts = bind.split(":")
-        dest = "/" + parts[1].strip("/")
-        if p == dest or p.startswith(dest + "/"):
-            return True, "ro" in (parts[2] if len(parts) > 2 else "").split(",")
-    return False, False
+    best: tuple[int, bool] | None = None
+    for m in c.mounts:
+        dest = "/" + str(m["Destination"]).strip("/")
+        if (p == dest or p.startswith(dest.rstrip("/") + "/")) and \
+                (best is None or len(dest) > best[0]):
+            best = (len(dest), not m["RW"])
+    return (False, False) if best is None else (True, best[1])
 
 
 def _in_rw_bind(c: Container, path: str) -> bool:

@@ -110,11 +110,9 @@ def select(containers: Iterable[Container], images: ImageService,
 
 
 def _has_volume(c: Container, wanted: list[str]) -> bool:
-    for bind in c.host_config.get("Binds") or []:
-        parts = bind.split(":")
-        if parts[0] in wanted or (len(parts) > 1 and parts[1] in wanted):
-            return True
-    return False
+    """A mount point whose volume name, host source or destination is wanted."""
+    return any(m["Name"] in wanted or m["Source"] in wanted or m["Destination"] in wanted
+               for m in c.mounts)
 
 
 def _network(c: Container) -> str:

@@ -35,6 +35,7 @@ from svc.engine.events import EventBus
 from svc.engine.images import ImageService
 from svc.engine.log_tap import Tapped
 from svc.engine.userdb import resolve_user
+from svc.engine.volumes import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mount_overlay, unmount
@@ -42,7 +43,7 @@ from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
 from svc.storage.jsonlog import JsonLogWriter, parse_log_opts
-from svc.storage.securejoin import mkdir_all
+from svc.storage.securejoin import mkdir_all, secure_join
 from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.engine.containers")
@@ -80,6 +81,7 @@ class RunnerDeps:
     delete: Callable[[Container], Awaitable[None]]
     auto_remove: Callable[[Container], Awaitable[None]]
     resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
+    volumes: VolumeService
 
 
 class Runner:
@@ -160,6 +162,7 @@ class Runner:
         await self.mount(c)
         pipes: ContainerPipes | None = None
         try:
+            await self._mount_volumes(c)
             spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c))
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
@@ -208,9 +211,9 @@ class Runner:
         files.write(c.resolv_conf_path, files.resolv_conf(
             list(hc.get("Dns") or []), list(hc.get("DnsSearch") or []),
             list(hc.get("DnsOptions") or []), host_mode=host_mode))
-        for bind in hc.get("Binds") or []:
-            src = Path(bind.split(":")[0])
-            if not src.exists():  # dockerd creates a missing host directory
+        for m in c.mounts:
+            src = Path(m["Source"])
+            if m["Type"] == "bind" and not src.exists():  # dockerd makes a missing host dir
                 src.mkdir(parents=True, mode=0o755)
         return oci_spec(c, user, self.d.facts, self.cgroup_of(c), joined_net)
 
@@ -234,10 +237,31 @@ class Runner:
         lower = self.d.images.layers.lower_dirs(chain[-1]) if chain else []
         return [str(c.init_dir), *lower]
 
+    async def _mount_volumes(self, c: Container) -> None:
+        """Each volume of ``c`` ready for it (a device mounted if it has one); a new, empty
+        volume filled from the image's content at its mount point, unless ``nocopy``."""
+        for m in c.mounts:
+            if m["Type"] != "volume":
+                continue
+            await self.d.volumes.mount(m["Name"], c.id, m["Destination"], bool(m["RW"]),
+                                       str(m.get("Propagation") or ""))
+            if m.get("CopyData"):
+                source = await trio.to_thread.run_sync(
+                    _image_dir, c.rootfs, str(m["Destination"]))
+                if source is not None:
+                    await self.d.volumes.fill(m["Name"], source)
+
+    async def _unmount_volumes(self, c: Container) -> None:
+        for m in c.mounts:
+            if m["Type"] == "volume":
+                await self.d.volumes.unmount(m["Name"], c.id)
+
     async def teardown(self, c: Container) -> None:
-        """Remove runc's state (and so the cgroup) and unmount the rootfs. Idempotent."""
+        """Remove runc's state (and so the cgroup), release the volumes and unmount the
+        rootfs. Idempotent."""
         with contextlib.suppress(RuntimeFailure):
             await self.d.runtime.delete(c.id, force=True)
+        await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
         if self.d.cgroups.exists(cgroup):
             await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
@@ -430,6 +454,16 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
             if hub.taps:
                 hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
         done.set()
+
+
+def _image_dir(rootfs: Path, destination: str) -> Path | None:
+    """The directory at ``destination`` inside ``rootfs`` (symlinks resolved inside it), or
+    None when there is none to copy from."""
+    try:
+        path = secure_join(rootfs, destination)
+    except (OSError, SvcError):
+        return None
+    return path if path.is_dir() and not path.is_symlink() else None
 
 
 def _unmount_quietly(path: Path) -> None:

@@ -29,6 +29,7 @@ from svc.runtime.protocol import (
     Resources,
     Rlimit,
     bind_mount,
+    tmpfs_mount,
 )
 from svc.runtime.spec import (
     DEFAULT_SHM_SIZE,
@@ -148,34 +149,14 @@ def _binds(c: Container, readonly_root: bool) -> list[Mount]:
     mounts = [bind_mount(str(path), dest, readonly=readonly_root) for path, dest in (
         (c.resolv_conf_path, "/etc/resolv.conf"), (c.hostname_path, "/etc/hostname"),
         (c.hosts_path, "/etc/hosts"))]
-    for bind in c.host_config.get("Binds") or []:
-        src, dest, mode = parse_bind(bind)
-        mounts.append(bind_mount(src, dest, readonly="ro" in mode.split(",")))
+    for m in c.mounts:
+        if m["Type"] == "tmpfs":
+            opts = [o for o in str(m.get("TmpfsOptions") or "").split(",") if o]
+            mounts.append(tmpfs_mount(m["Destination"], [*opts, "rw" if m["RW"] else "ro"]))
+        else:
+            mounts.append(bind_mount(m["Source"], m["Destination"], readonly=not m["RW"],
+                                     propagation=m.get("Propagation") or "rprivate"))
     return mounts
-
-
-def parse_bind(bind: str) -> tuple[str, str, str]:
-    """``/host:/ctr[:mode]`` -> (host, container, mode); modes ro, rw, z, Z (comma-separated)."""
-    parts = bind.split(":")
-    if len(parts) not in (2, 3) or not all(parts[:2]):
-        if len(parts) == 1 and parts[0].startswith("/"):
-            raise InvalidParameter(f"invalid bind {bind!r}: anonymous volumes (a container path "
-                                   "alone) need the volume support of svc, not built yet")
-        raise InvalidParameter(f"invalid bind mount spec {bind!r}: use /host/path:/container"
-                               "/path[:ro|rw]")
-    src, dest = parts[0], parts[1]
-    mode = parts[2] if len(parts) == 3 else "rw"
-    for m in mode.split(","):
-        if m not in ("ro", "rw", "z", "Z", "rprivate", "private", "rslave", "slave", "rshared",
-                     "shared", "nocopy"):
-            raise InvalidParameter(f"invalid mode {m!r} in bind {bind!r}")
-    if not src.startswith("/"):
-        raise InvalidParameter(f"invalid bind {bind!r}: named volumes need the volume support "
-                               "of svc, not built yet; use an absolute host path")
-    if not dest.startswith("/") or dest == "/":
-        raise InvalidParameter(f"invalid bind {bind!r}: the container path must be absolute "
-                               "and not /")
-    return src, dest, mode
 
 
 def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,

@@ -32,8 +32,15 @@ from svc.engine.container_config import (
 from svc.engine.container_files import check_dns, check_extra_hosts
 from svc.engine.container_fs import ContainerFS
 from svc.engine.container_logs import log_stream
+from svc.engine.container_mounts import (
+    MountPoint,
+    check_binds,
+    parse_volumes_from,
+    plan,
+    volume_options,
+)
 from svc.engine.container_run import Runner, RunnerDeps
-from svc.engine.container_spec import parse_bind, resources
+from svc.engine.container_spec import resources
 from svc.engine.container_state import State, require
 from svc.engine.container_stats import StatsService
 from svc.engine.exec import ExecService
@@ -223,13 +230,10 @@ class ContainerService:
             raise NotFound(f"No such image: {image_ref}") from None
         hc = body.HostConfig or HostConfigBody()
         warnings = check_host_config(hc, self.knobs)
-        for bind in hc.Binds or []:
-            parse_bind(bind)
+        check_binds(hc)
         check_extra_hosts(list(hc.ExtraHosts or []))
         check_dns(list(hc.Dns or []))
-        for c_name in (hc.VolumesFrom or []):
-            raise InvalidParameter(f"VolumesFrom ({c_name}) needs the volume support of svc, "
-                                   "not built yet")
+        volumes_from = self._volumes_from(hc)
         if hc.NetworkMode.startswith("container:"):
             self.resolve(hc.NetworkMode.partition(":")[2])
         cid = new_id()
@@ -247,6 +251,7 @@ class ContainerService:
             self.names[full] = cid
             self.containers[cid] = c
         try:
+            c.mounts = await self._make_mounts(hc, config.get("Volumes"), volumes_from, [])
             await trio.to_thread.run_sync(os.mkdir, c.dir, 0o710)
             await self.deps.save(c)
         except BaseException:
@@ -254,6 +259,7 @@ class ContainerService:
             self.containers.pop(cid, None)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
+                await self._drop_anonymous(c)
             raise
         self.runner.event(c, "create")
         return c
@@ -389,7 +395,7 @@ class ContainerService:
                 raise
         self.runner.event(c, "rename", oldName=old)
 
-    async def remove(self, c: Container, *, force: bool) -> None:
+    async def remove(self, c: Container, *, force: bool, volumes: bool = False) -> None:
         async with c.lock:
             require(c.state.status, "force_remove" if force else "remove", c.id)
             if c.state.status in RUNNING_STATES:
@@ -402,6 +408,9 @@ class ContainerService:
             await self.deps.save(c)
             c.notify()
             await self._finish_remove(c)
+            if volumes:
+                with trio.CancelScope(shield=True):
+                    await self._drop_anonymous(c)
 
     async def _finish_remove(self, c: Container) -> None:
         with trio.CancelScope(shield=True):
@@ -476,10 +485,63 @@ class ContainerService:
         if c.has_been_started or c.state.status is not State.CREATED:
             return
         c.warnings = check_host_config(hc, self.knobs)
-        for bind in hc.Binds or []:
-            parse_bind(bind)
+        check_binds(hc)
+        volumes_from = self._volumes_from(hc)
+        before = c.mounts
+        c.mounts = await self._make_mounts(hc, c.config.get("Volumes"), volumes_from, before)
         c.host_config = host_config_record(hc)
         await self.deps.save(c)
+        kept = {m["Name"] for m in c.mounts}
+        await self._drop_anonymous(c, [m for m in before if m["Name"] not in kept])
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
+        out = []
+        for entry in hc.VolumesFrom or []:
+            ref, mode = parse_volumes_from(entry)
+            out.append((self.resolve(ref).mounts, mode))
+        return out
+
+    async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
+                           volumes_from: list[tuple[list[MountPoint], str]],
+                           before: list[MountPoint]) -> list[MountPoint]:
+        """Plan the mount points and make the volumes they name (anonymous ones too; those
+        made before for the same destination are reused). Cancellation: a volume already made
+        stays (a dangling one, if the create fails)."""
+        vols = self.deps.volumes
+        points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
+                      lambda name: str(vols.path(name)))
+        reuse = {m["Destination"]: m for m in before if m.get("Anonymous")}
+        for m in (m for m in points if m["Type"] == "volume"):
+            if m["Name"]:
+                driver_opts, labels = volume_options(hc, m["Destination"])
+                await vols.create(m["Name"], driver=hc.VolumeDriver, options=driver_opts,
+                                  labels=labels)
+                continue
+            old = reuse.get(m["Destination"])
+            if old is not None and old["Name"] in vols.volumes:
+                m["Name"], m["Source"] = old["Name"], old["Source"]
+                continue
+            v = await vols.create(None, driver=hc.VolumeDriver, anonymous=True)
+            m["Name"], m["Source"] = v.name, str(v.mountpoint)
+        return points
+
+    async def _drop_anonymous(self, c: Container,
+                              mounts: list[MountPoint] | None = None) -> None:
+        """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
+        container refers to (``rm -v``)."""
+        for m in c.mounts if mounts is None else mounts:
+            if m.get("Anonymous") and m["Name"] in self.deps.volumes.volumes:
+                others = [r for r in self.volume_users(m["Name"]) if r != c.id]
+                if not others:
+                    with contextlib.suppress(SvcError):
+                        await self.deps.volumes.remove(m["Name"])
+
+    def volume_users(self, name: str) -> list[str]:
+        """The containers (any state) whose mount points name volume ``name``."""
+        return [c.id for c in self.containers.values()
+                if any(m.get("Name") == name for m in c.mounts)]
 
     async def update(self, c: Container, body: UpdateBody, *,
                      restart_policy: bool) -> list[str]:

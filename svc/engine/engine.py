@@ -20,6 +20,7 @@ from svc.engine.container_spec import HostFacts
 from svc.engine.containers import ContainerService
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images import ImageService
+from svc.engine.volumes import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host
@@ -56,14 +57,19 @@ class Engine:
         self.images = ImageService(config.root, self.store, self.events)
         self.cgroups = CgroupV1()
         self.runtime = Runc(config.exec_root / "runc", config.runtime)
+        self.volumes = VolumeService(
+            config.root, self.events,
+            save=lambda name, rec: self.save_record("volumes", name, rec),
+            delete=self._delete_volume)
         deps = RunnerDeps(
             runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove,
-            resolve=lambda ref: self.containers.resolve(ref))
+            resolve=lambda ref: self.containers.resolve(ref), volumes=self.volumes)
         self.containers = ContainerService(config.root, deps, None)
+        self.volumes.referrers = self.containers.volume_users
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -79,6 +85,7 @@ class Engine:
             if report.skipped:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
+        self.volumes.open(self.records["volumes"])
         self.containers.knobs = self._probe_knobs()
         self.containers.open(self.records["containers"])
         replayed = self.events.load()
@@ -117,6 +124,9 @@ class Engine:
         """``run --rm``: the container goes once it has exited."""
         with contextlib.suppress(SvcError):
             await self.containers.remove(c, force=True)
+
+    async def _delete_volume(self, name: str) -> None:
+        await self.delete_record("volumes", name)
 
     async def _delete_container(self, c: Container) -> None:
         await self.delete_record("containers", c.id)

@@ -53,8 +53,41 @@ class ThrottleDevice(WireModel):
     Rate: int
 
 
+class MountDriverConfig(WireModel):
+    Name: str = ""
+    Options: dict[str, str] | None = None
+
+
+class MountVolumeOptions(WireModel):
+    NoCopy: bool = False
+    Labels: dict[str, str] | None = None
+    DriverConfig: MountDriverConfig | None = None
+
+
+class MountBindOptions(WireModel):
+    Propagation: str = ""
+
+
+class MountTmpfsOptions(WireModel):
+    SizeBytes: int = 0
+    Mode: int = 0
+
+
+class MountBody(WireModel):
+    """One entry of ``HostConfig.Mounts`` (the CLI's ``--mount``)."""
+
+    Type: str = ""
+    Source: str = ""
+    Target: str = ""
+    ReadOnly: bool = False
+    BindOptions: MountBindOptions | None = None
+    VolumeOptions: MountVolumeOptions | None = None
+    TmpfsOptions: MountTmpfsOptions | None = None
+
+
 class HostConfigBody(WireModel):
     Binds: list[str] | None = None
+    Mounts: list[MountBody] | None = None
     Links: list[str] | None = None
     Memory: int = 0
     MemorySwap: int = 0

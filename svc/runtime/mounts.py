@@ -93,6 +93,25 @@ async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path
                            f"{msg[0] if msg else result.returncode}")
 
 
+async def mount_device(device: str, target: Path, fstype: str, options: str) -> None:
+    """``mount -t fstype -o options device target``: a local volume with driver options
+    (tmpfs, a bind of a host directory, a block device), parsed by mount(8) as users know it.
+
+    Raises:
+        SystemError_: mount(8) failed (its message).
+
+    Cancellation: mount(8) is killed; the device may be mounted (``unmount`` is harmless).
+    """
+    argv = ["mount", "-t", fstype or "none", *(["-o", options] if options else []), device,
+            str(target)]
+    result = await trio.run_process(argv, stdin=subprocess.DEVNULL, capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    if result.returncode != 0:
+        msg = result.stderr.decode(errors="replace").strip().splitlines()
+        raise SystemError_(f"mounting {device} ({fstype}) on {target} failed: "
+                           f"{msg[0] if msg else result.returncode}")
+
+
 def unmount(target: Path, *, lazy_fallback: bool = True) -> bool:
     """Unmount ``target``; if it is busy, detach it lazily (``MNT_DETACH``).
 

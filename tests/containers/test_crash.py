@@ -52,7 +52,12 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
                                                    "tag": "latest"},
                          content=timg.busybox_rootfs_tar())
         assert r.status_code == 200
-        plain = await _make(c, ["sleep", "300"], "plain")
+        r = await c.post("/volumes/create", json={"Name": "crashtmp", "DriverOpts": {
+            "type": "tmpfs", "device": "tmpfs", "o": "size=1m"}})
+        assert r.status_code == 201
+        tmp_point = r.json()["Mountpoint"]
+        plain = await _make(c, ["sh", "-c", "echo kept > /k/f; sleep 300"], "plain",
+                            Binds=["crashtmp:/t", "keep:/k"])
         always = await _make(c, ["sleep", "300"], "always", RestartPolicy={"Name": "always"})
         unless = await _make(c, ["sleep", "300"], "unless",
                              RestartPolicy={"Name": "unless-stopped"})
@@ -63,6 +68,9 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
         await c.post(f"/containers/{unless}/stop", params={"t": "0"})
         pids = {cid: (await c.get(f"/containers/{cid}/json")).json()["State"]["Pid"]
                 for cid in (plain, always)}
+        with trio.fail_after(10):
+            while not (d.root / "volumes" / "keep" / "_data" / "f").exists():
+                await trio.sleep(0.05)
     d.kill()
     assert all(_alive(p) for p in pids.values())  # orphaned, still running
     d.start()
@@ -90,3 +98,8 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
         assert _runc_ids(d) == set()
         assert not [p for p in mounts_under(d.root) if p.name == "merged"]
         assert os.path.isdir(d.root / "containers" / plain)
+        # volumes survive; the crashed container's tmpfs volume was unmounted at the start
+        vols = {v["Name"]: v for v in (await c.get("/volumes")).json()["Volumes"]}
+        assert set(vols) == {"crashtmp", "keep"}
+        assert Path(vols["keep"]["Mountpoint"], "f").read_text() == "kept\n"
+        assert Path(tmp_point) not in mounts_under(d.root)

@@ -153,9 +153,8 @@ async def rename(ref: str) -> Response:
 @bp.delete("/containers/<ref>")
 async def remove(ref: str) -> Response:
     c = _ctr(ref)
-    force, volumes = qbool("force"), qbool("v")
-    del volumes  # anonymous volumes arrive with the volume support; binds are never removed
-    await containers().remove(c, force=force)
+    # v: the container's anonymous volumes go too (named ones and binds never do)
+    await containers().remove(c, force=qbool("force"), volumes=qbool("v"))
     return no_content()
 
 

@@ -1,0 +1,62 @@
+"""GET /volumes, POST /volumes/create, GET and DELETE /volumes/{name}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response
+
+from svc.api.params import json_body, qfilters
+from svc.api.shaping import json_response
+from svc.api.versioning import api_version
+from svc.engine.volumes import Volume, VolumeService
+from svc.errors import InvalidParameter
+from svc.models.volumes import VolumeBody, VolumeCreateBody
+
+bp = Blueprint("volumes", __name__)
+TRUTH = {"true": True, "1": True, "false": False, "0": False}
+
+
+def volumes() -> VolumeService:
+    from svc.api.app import engine_of
+
+    return engine_of().volumes
+
+
+def shape(v: Volume) -> dict[str, Any]:
+    """The volume object; ``Labels`` from v1.23."""
+    body = VolumeBody(Name=v.name, Driver=v.driver, Mountpoint=str(v.mountpoint),
+                      Labels=v.labels or None)
+    return body.model_dump(exclude={"Labels"} if api_version() < (1, 23) else set())
+
+
+@bp.get("/volumes")
+async def list_volumes() -> Response:
+    filters = qfilters(("dangling",))
+    dangling = None
+    for value in filters.get("dangling", []):
+        if value.lower() not in TRUTH:
+            raise InvalidParameter(f"Invalid filter 'dangling={value}': true or false")
+        dangling = TRUTH[value.lower()]
+    return json_response({"Volumes": [shape(v) for v in volumes().select(dangling)]})
+
+
+@bp.post("/volumes/create")
+async def create() -> Response:
+    body = await json_body(VolumeCreateBody, required=False) or VolumeCreateBody()
+    if body.Labels and api_version() < (1, 23):
+        body.Labels = None  # labels came with v1.23
+    v = await volumes().create(body.Name or None, driver=body.Driver,
+                               options=body.DriverOpts, labels=body.Labels)
+    return json_response(shape(v), status=201)
+
+
+@bp.get("/volumes/<name>")
+async def inspect(name: str) -> Response:
+    return json_response(shape(volumes().get(name)))
+
+
+@bp.delete("/volumes/<name>")
+async def remove(name: str) -> Response:
+    await volumes().remove(name)
+    return Response(b"", status=204)
