@@ -86,6 +86,14 @@ class ServerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+BENCH_BIP = "10.199.0.1/16"  # a subnet of the run's own
+
+
+def bench_bridge(workdir: Path) -> str:
+    """The run's own bridge (removed at the end with its rules, by ``run.py``)."""
+    return "svb" + workdir.name.rsplit("-", 1)[-1][:8].replace("_", "x")
+
+
 def daemon(workdir: Path) -> ServerProcess:
     """The real svcd plus probe routes, with all of its state under ``workdir``."""
     config_file = workdir / "daemon.json"
@@ -94,7 +102,8 @@ def daemon(workdir: Path) -> ServerProcess:
     argv = [PYTHON, "-m", "tests.support.testd", "-H", f"unix://{sock}",
             "--root", str(workdir / "root"), "--exec-root", str(workdir / "exec"),
             "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file),
-            "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1"]
+            "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1",
+            "--bridge", bench_bridge(workdir), "--bip", BENCH_BIP]
     return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
                          "/_ping")
 

@@ -101,12 +101,14 @@ def run_one(ctx: Context, bench: Benchmark, doc: dict[str, Any],
 
 def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any]:
     """Stop svcd and check it left nothing behind; reads its log before the directory goes.
-    The containers' cgroup parent (``--cgroup-parent /<workdir name>``) is removed too."""
-    from tests.support.daemon import reap_containers
+    The containers' cgroup parent (``--cgroup-parent /<workdir name>``) and the run's bridge
+    are removed too."""
+    from tests.support.daemon import reap_containers, remove_bridge
 
     t0 = time.monotonic()
     code = daemon.stop()
     reap_containers(workdir / "exec" / "runc", workdir, f"/{workdir.name}")
+    remove_bridge(procs.bench_bridge(workdir), procs.BENCH_BIP)
     leftovers = [p.name for p in (daemon.socket, workdir / "svc.pid") if p.exists()]
     text = daemon.log_text()
     log_lines = [ln for ln in text.splitlines() if any(m in ln for m in LOG_MARKS)]

@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-G", "--group", help="group owning the unix socket (default svc)")
     p.add_argument("--cgroup-parent", dest="cgroup_parent",
                    help="cgroup under which containers' cgroups are made (default /svc)")
+    p.add_argument("-b", "--bridge", help="the default bridge network's Linux bridge "
+                   "(default svc0; made if missing)")
+    p.add_argument("--bip", help="the default bridge's gateway address and subnet "
+                   "(default 172.17.0.1/16)")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=int,
                    help="seconds a container gets to stop when the daemon shuts down "
                         "(default 10; then it is killed)")

@@ -46,6 +46,8 @@ class DaemonConfig(BaseModel):
     group: str = Field("svc", alias="group")
     cgroup_parent: str = Field("/svc", alias="cgroup-parent")
     shutdown_timeout: int = Field(10, alias="shutdown-timeout", ge=0)
+    bridge: str = Field("svc0", alias="bridge")
+    bip: str = Field("172.17.0.1/16", alias="bip")
 
     @field_validator("log_level", mode="before")
     @classmethod

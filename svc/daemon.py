@@ -36,6 +36,7 @@ from svc.api.server import (
 )
 from svc.config import DaemonConfig
 from svc.engine.engine import Engine, EngineConfig
+from svc.errors import InvalidParameter
 from svc.storage.lock import RootInUse
 from svc.version import API_VERSION_STR, SVC_VERSION
 
@@ -103,11 +104,15 @@ def run_daemon(config: DaemonConfig,
                     config.runtime)
     claim_pidfile(config.pidfile)
     try:
-        engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,
-                                     runtime=config.runtime,
-                                     cgroup_parent=config.cgroup_parent,
-                                     shutdown_timeout=config.shutdown_timeout,
-                                     debug=config.effective_log_level == "debug"))
+        try:
+            engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,
+                                         runtime=config.runtime,
+                                         cgroup_parent=config.cgroup_parent,
+                                         shutdown_timeout=config.shutdown_timeout,
+                                         bridge=config.bridge, bip=config.bip,
+                                         debug=config.effective_log_level == "debug"))
+        except InvalidParameter as exc:  # --bridge, --bip
+            raise DaemonError(str(exc)) from None
         try:
             engine.open()
         except RootInUse as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -18,6 +19,18 @@ import pytest
 from tests.support.daemon import REPO, Daemon
 
 SDK_VENVS = {"sdk7": REPO / ".venv-sdk7", "dockerpy1": REPO / ".venv-dockerpy1"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _host_forwarding() -> Iterator[None]:
+    """Test daemons turn IPv4 forwarding on for their bridges, and one killed on purpose
+    cannot turn it back: the suite leaves the host's setting as it found it."""
+    knob = Path("/proc/sys/net/ipv4/ip_forward")
+    before = knob.read_text() if knob.exists() else None
+    yield
+    if before is not None:
+        with contextlib.suppress(OSError):
+            knob.write_text(before)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
 from svc.api.routes import execs as execs_routes
 from svc.api.routes import images as images_routes
+from svc.api.routes import networks as networks_routes
 from svc.api.routes import system as system_routes
 from svc.api.routes import volumes as volumes_routes
 from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
@@ -61,6 +62,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(containers_routes.bp)
     app.register_blueprint(execs_routes.bp)
     app.register_blueprint(volumes_routes.bp)
+    app.register_blueprint(networks_routes.bp)
     for extend in extensions:
         extend(app, engine)
     return VersionPrefix(app)

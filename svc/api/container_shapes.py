@@ -9,6 +9,7 @@ from svc.api.versioning import Version
 from svc.engine.container import Container
 from svc.engine.container_state import State, human_duration, status_text
 from svc.engine.images import ImageService
+from svc.errors import SvcError
 from svc.models.containers import (
     ContainerInspect,
     ContainerStateBody,
@@ -44,10 +45,30 @@ def _network_name(c: Container) -> str:
 
 
 def network_settings(c: Container) -> NetworkSettingsBody:
+    """The container's networks; addresses while it runs on the bridge."""
+    from svc.api.app import engine_of
+
     name = _network_name(c)
-    networks = {} if name.startswith("container:") else {name: EndpointSettings()}
-    return NetworkSettingsBody(Networks=networks, Ports={} if name == "bridge" else None,
-                               SandboxKey="")
+    if name.startswith("container:"):
+        return NetworkSettingsBody(Networks={}, Ports=None, SandboxKey="")
+    nets = engine_of().networks
+    try:
+        net_id = nets.resolve(name).id
+    except SvcError:
+        net_id = ""
+    found = nets.of_container(c.id)
+    live = c.live
+    key = f"/proc/{live.pid}/ns/net" if live is not None and name != "host" else ""
+    if found is None:
+        return NetworkSettingsBody(Networks={name: EndpointSettings(NetworkID=net_id)},
+                                   Ports={} if name == "bridge" else None, SandboxKey=key)
+    net, info = found
+    ep = info.endpoint
+    addr = {"Gateway": ep.gateway, "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
+            "MacAddress": ep.mac, "EndpointID": info.endpoint_id}
+    return NetworkSettingsBody(
+        Bridge=net.bridge, SandboxID=c.id, SandboxKey=key, Ports={}, **addr,
+        Networks={net.name: EndpointSettings(NetworkID=net.id, **addr)})
 
 
 def mounts(c: Container) -> list[MountPoint]:

@@ -34,6 +34,7 @@ from svc.engine.container_state import State
 from svc.engine.events import EventBus
 from svc.engine.images import ImageService
 from svc.engine.log_tap import Tapped
+from svc.engine.networks import NetworkService
 from svc.engine.userdb import resolve_user
 from svc.engine.volumes import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
@@ -82,6 +83,7 @@ class RunnerDeps:
     auto_remove: Callable[[Container], Awaitable[None]]
     resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
     volumes: VolumeService
+    networks: NetworkService
 
 
 class Runner:
@@ -163,7 +165,10 @@ class Runner:
         pipes: ContainerPipes | None = None
         try:
             await self._mount_volumes(c)
-            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c))
+            address = None
+            if uses_default_bridge(c):
+                address = self.d.networks.reserve(c.id, c.name).endpoint.address
+            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
             with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
@@ -173,6 +178,8 @@ class Runner:
             else:
                 pipes = open_pipes(stdin=bool(c.config.get("OpenStdin")))
                 created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
+            if address is not None:
+                await self.d.networks.attach(c.id, created.pid)
         except BaseException:
             if pipes is not None:
                 with trio.CancelScope(shield=True):
@@ -196,7 +203,8 @@ class Runner:
             raise Conflict(f"cannot join network of a non running container: {other.id}")
         return f"/proc/{other.live.pid}/ns/net"
 
-    def _prepare(self, c: Container, joined_net: str | None) -> dict[str, Any]:
+    def _prepare(self, c: Container, joined_net: str | None,
+                 address: str | None) -> dict[str, Any]:
         """Blocking: user, working dir, /etc files and the OCI document."""
         cfg, hc = c.config, c.host_config
         user = resolve_user(c.rootfs, str(cfg.get("User") or ""), hc.get("GroupAdd"))
@@ -207,7 +215,7 @@ class Runner:
         hostname = str(cfg.get("Hostname") or c.short_id)
         domain = str(cfg.get("Domainname") or "")
         files.write(c.hostname_path, files.hostname_file(hostname))
-        files.write(c.hosts_path, files.hosts_file(hostname, domain, None, extra, host_mode))
+        files.write(c.hosts_path, files.hosts_file(hostname, domain, address, extra, host_mode))
         files.write(c.resolv_conf_path, files.resolv_conf(
             list(hc.get("Dns") or []), list(hc.get("DnsSearch") or []),
             list(hc.get("DnsOptions") or []), host_mode=host_mode))
@@ -261,6 +269,7 @@ class Runner:
         rootfs. Idempotent."""
         with contextlib.suppress(RuntimeFailure):
             await self.d.runtime.delete(c.id, force=True)
+        await self.d.networks.release(c.id)
         await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
         if self.d.cgroups.exists(cgroup):
@@ -454,6 +463,10 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
             if hub.taps:
                 hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
         done.set()
+
+
+def uses_default_bridge(c: Container) -> bool:
+    return str(c.host_config.get("NetworkMode") or "default") in ("default", "bridge")
 
 
 def _image_dir(rootfs: Path, destination: str) -> Path | None:

@@ -20,6 +20,7 @@ from svc.engine.container_spec import HostFacts
 from svc.engine.containers import ContainerService
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images import ImageService
+from svc.engine.networks import NetworkService
 from svc.engine.volumes import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
@@ -42,6 +43,8 @@ class EngineConfig:
     debug: bool = False
     cgroup_parent: str = "/svc"
     shutdown_timeout: float = 10.0
+    bridge: str = "svc0"
+    bip: str = "172.17.0.1/16"
 
 
 class Engine:
@@ -61,13 +64,15 @@ class Engine:
             config.root, self.events,
             save=lambda name, rec: self.save_record("volumes", name, rec),
             delete=self._delete_volume)
+        self.networks = NetworkService(self.events, config.bridge, config.bip)
         deps = RunnerDeps(
             runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove,
-            resolve=lambda ref: self.containers.resolve(ref), volumes=self.volumes)
+            resolve=lambda ref: self.containers.resolve(ref), volumes=self.volumes,
+            networks=self.networks)
         self.containers = ContainerService(config.root, deps, None)
         self.volumes.referrers = self.containers.volume_users
         self._nursery: trio.Nursery | None = None
@@ -86,6 +91,9 @@ class Engine:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
         self.volumes.open(self.records["volumes"])
+        for nid, rec in self.networks.open(self.records["networks"]):
+            self.store.put("networks", nid, rec)
+            self.records["networks"][nid] = rec
         self.containers.knobs = self._probe_knobs()
         self.containers.open(self.records["containers"])
         replayed = self.events.load()
@@ -100,13 +108,19 @@ class Engine:
             await nursery.start(self.events.run)
             await nursery.start(reap_orphans, self.containers.waited_pids)
             await nursery.start(self.containers.stats.run)
+            try:
+                await self.networks.setup()
+            except SvcError as exc:  # containers on the bridge fail to start, saying why
+                log.error("the default bridge could not be set up: %s", exc)
             await self.containers.restore(nursery)
             task_status.started()
 
     async def stop_containers(self) -> None:
-        """Shutdown: stop every running container (stop signal, then SIGKILL)."""
+        """Shutdown: stop every running container (stop signal, then SIGKILL), then take the
+        bridge's outbound rules away."""
         with trio.CancelScope(shield=True):
             await self.containers.stop_all(self.config.shutdown_timeout)
+            await self.networks.shutdown()
 
     def _probe_knobs(self) -> Knobs | None:
         """Which cgroup knobs this kernel offers (None when cgroups cannot be probed)."""

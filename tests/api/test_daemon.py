@@ -124,7 +124,8 @@ def test_config_file_keys(tmp_path: Path) -> None:
         cfg = d.dir / "daemon.json"
         cfg.write_text(json.dumps({"hosts": [d.url], "data-root": str(d.root),
                                    "exec-root": str(d.exec_root), "pidfile": str(d.pidfile),
-                                   "log-level": "debug", "api-cors-header": "*"}))
+                                   "log-level": "debug", "api-cors-header": "*",
+                                   "bridge": d.bridge, "bip": d.bip}))
         d.hosts = []
         d.command = lambda: [sys.executable, "-m", "svc", "--config-file", str(cfg)]  # type: ignore[method-assign]
         d.start()

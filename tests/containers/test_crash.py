@@ -68,6 +68,7 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
         await c.post(f"/containers/{unless}/stop", params={"t": "0"})
         pids = {cid: (await c.get(f"/containers/{cid}/json")).json()["State"]["Pid"]
                 for cid in (plain, always)}
+        bridge_id = (await c.get("/networks/bridge")).json()["Id"]
         with trio.fail_after(10):
             while not (d.root / "volumes" / "keep" / "_data" / "f").exists():
                 await trio.sleep(0.05)
@@ -103,3 +104,6 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
         assert set(vols) == {"crashtmp", "keep"}
         assert Path(vols["keep"]["Mountpoint"], "f").read_text() == "kept\n"
         assert Path(tmp_point) not in mounts_under(d.root)
+        # the bridge network keeps its id; no container is left on it (all stopped now)
+        bridge = (await c.get("/networks/bridge")).json()
+        assert bridge["Id"] == bridge_id and bridge["Containers"] == {}

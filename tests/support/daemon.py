@@ -40,6 +40,9 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
         # containers' cgroups go below a parent of this daemon's own, removed by cleanup()
         self.cgroup_parent = f"/{self.dir.name}"
+        # and its own bridge and subnet, removed by cleanup() too
+        self.bridge = "svt" + self.dir.name.rsplit("-", 1)[-1][:8].replace("_", "x")
+        self.bip = _free_subnet()
 
     @property
     def url(self) -> str:
@@ -56,6 +59,10 @@ class Daemon:
             cmd += ["--cgroup-parent", self.cgroup_parent]
         if "--shutdown-timeout" not in self.args:
             cmd += ["--shutdown-timeout", "1"]
+        if "--bridge" not in self.args and "-b" not in self.args:
+            cmd += ["--bridge", self.bridge]
+        if "--bip" not in self.args:
+            cmd += ["--bip", self.bip]
         if "--config-file" in self.args:
             cmd = cmd[: cmd.index("--config-file")] + cmd[cmd.index("--config-file") + 2:]
         return cmd + self.args
@@ -133,6 +140,7 @@ class Daemon:
         processes), mounts, cgroups. Safe to call after a failed test."""
         self.kill()
         reap_containers(self.exec_root / "runc", self.dir, self.cgroup_parent)
+        remove_bridge(self.bridge, self.bip)
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -145,6 +153,33 @@ def running(args: Sequence[str] = (), **kw: object):  # type: ignore[no-untyped-
         yield d
     finally:
         d.cleanup()
+
+
+def _free_subnet() -> str:
+    """A /24 in 10.200.0.0-10.254.255.0 that no interface of this host uses (as --bip)."""
+    import ipaddress
+    import random
+
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True,
+                          check=False).stdout
+    nets = [ipaddress.IPv4Interface(w).network for line in used.splitlines()
+            for w in line.split() if "/" in w and w[0].isdigit()]
+    while True:
+        candidate = ipaddress.IPv4Network(f"10.{random.randint(200, 254)}."
+                                          f"{random.randint(0, 255)}.0/24")
+        if not any(candidate.overlaps(n) for n in nets):
+            return f"{candidate.network_address + 1}/24"
+
+
+def remove_bridge(name: str, bip: str) -> None:
+    """Delete a test daemon's bridge and the iptables rules it made (a SIGKILLed daemon
+    leaves both)."""
+    import ipaddress
+
+    from svc.network import bridge as br
+
+    br.remove_rules(br.nat_rules(name, str(ipaddress.IPv4Interface(bip).network)))
+    br.delete_bridge(name)
 
 
 def reap_containers(runc_root: Path, mounts_below: Path, cgroup_parent: str) -> None:

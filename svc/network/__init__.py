@@ -1,0 +1,1 @@
+"""Network adapters: bridges, veth pairs and addresses through netlink, iptables rules."""

@@ -1,0 +1,172 @@
+"""Linux bridges and veth pairs through netlink (pyroute2), and the iptables rules that let a
+bridge's containers reach out (masquerade) and be forwarded.
+
+Everything blocks (netlink round trips, iptables runs); the engine calls it from worker
+threads. A container's end of a veth pair lives in the container's network namespace, so it
+disappears with the namespace when the container's last process exits: the host end goes with
+it, and a daemon crash leaves no veth behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+IFNAME_MAX = 15
+
+
+class NetworkError(Exception):
+    """A netlink or iptables operation failed; the message names what and why."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A container's interface on a bridge."""
+
+    host_if: str
+    address: str
+    prefixlen: int
+    gateway: str
+    mac: str
+
+
+def mac_for(address: str) -> str:
+    """dockerd's MAC for an IPv4 address: 02:42 and the address's four bytes."""
+    octets = ipaddress.IPv4Address(address).packed
+    return "02:42:" + ":".join(f"{b:02x}" for b in octets)
+
+
+def ensure_bridge(name: str, gateway: str, prefixlen: int) -> None:
+    """The bridge ``name`` with ``gateway/prefixlen`` on it, up; made if missing."""
+    try:
+        with IPRoute() as ip:
+            found = ip.link_lookup(ifname=name)
+            if not found:
+                ip.link("add", ifname=name, kind="bridge")
+                found = ip.link_lookup(ifname=name)
+            idx = found[0]
+            have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+                    for a in ip.get_addr(index=idx, family=2)}
+            if (gateway, prefixlen) not in have:
+                ip.addr("add", index=idx, address=gateway, prefixlen=prefixlen)
+            ip.link("set", index=idx, state="up")
+    except NetlinkError as exc:
+        raise NetworkError(f"setting up the bridge {name} ({gateway}/{prefixlen}) failed: "
+                           f"{exc}") from exc
+
+
+def delete_bridge(name: str) -> None:
+    with IPRoute() as ip, contextlib.suppress(NetlinkError):
+        for idx in ip.link_lookup(ifname=name):
+            ip.link("del", index=idx)
+
+
+def attach(bridge: str, pid: int, ep: Endpoint, ifname: str = "eth0") -> None:
+    """A veth pair: ``ep.host_if`` on ``bridge``, its peer moved into the network namespace
+    of ``pid`` as ``ifname`` with the address, MAC and default route of ``ep``.
+
+    On failure the host end is deleted (taking its peer along) and NetworkError is raised.
+    """
+    peer = ep.host_if[:-1] + "p"
+    try:
+        with IPRoute() as ip:
+            br = ip.link_lookup(ifname=bridge)
+            if not br:
+                raise NetworkError(f"the bridge {bridge} does not exist")
+            ip.link("add", ifname=ep.host_if, kind="veth", peer={"ifname": peer})
+            host = ip.link_lookup(ifname=ep.host_if)[0]
+            inner = ip.link_lookup(ifname=peer)[0]
+            ip.link("set", index=host, master=br[0], state="up")
+            ip.link("set", index=inner, net_ns_pid=pid)
+        with IPRoute(netns=f"/proc/{pid}/ns/net") as ns:
+            idx = ns.link_lookup(ifname=peer)[0]
+            ns.link("set", index=idx, ifname=ifname, address=ep.mac)
+            ns.addr("add", index=idx, address=ep.address, prefixlen=ep.prefixlen)
+            ns.link("set", index=idx, state="up")
+            for lo in ns.link_lookup(ifname="lo"):
+                ns.link("set", index=lo, state="up")
+            ns.route("add", dst="default", gateway=ep.gateway)
+    except (NetlinkError, OSError, IndexError) as exc:
+        detach(ep.host_if)
+        raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "
+                           f"{exc}") from exc
+    except NetworkError:
+        detach(ep.host_if)
+        raise
+
+
+def detach(host_if: str) -> None:
+    """Delete a veth pair by its host end (gone already when the namespace died)."""
+    with IPRoute() as ip, contextlib.suppress(NetlinkError):
+        for idx in ip.link_lookup(ifname=host_if):
+            ip.link("del", index=idx)
+
+
+def links_on(bridge: str) -> list[str]:
+    """The names of the interfaces enslaved to ``bridge``."""
+    with IPRoute() as ip:
+        br = ip.link_lookup(ifname=bridge)
+        if not br:
+            return []
+        return [str(link.get_attr("IFLA_IFNAME")) for link in ip.get_links()
+                if link.get_attr("IFLA_MASTER") == br[0]]
+
+
+# -- iptables ---------------------------------------------------------------------------------
+
+
+def nat_rules(bridge: str, subnet: str) -> list[list[str]]:
+    """dockerd's rules for a bridge: masquerade what leaves the host from its subnet, forward
+    to and from it."""
+    return [
+        ["-t", "nat", "POSTROUTING", "-s", subnet, "!", "-o", bridge, "-j", "MASQUERADE"],
+        ["-t", "filter", "FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate",
+         "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+        ["-t", "filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "ACCEPT"],
+        ["-t", "filter", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"],
+    ]
+
+
+def _iptables(action: str, rule: list[str]) -> subprocess.CompletedProcess[str]:
+    table, chain, spec = rule[:2], rule[2], rule[3:]
+    return subprocess.run(["iptables", "-w", *table, action, chain, *spec],
+                          capture_output=True, text=True, check=False)
+
+
+def ensure_rules(rules: list[list[str]]) -> None:
+    """Append each rule unless it is there already."""
+    for rule in rules:
+        if _iptables("-C", rule).returncode != 0:
+            r = _iptables("-A", rule)
+            if r.returncode != 0:
+                raise NetworkError(f"iptables {' '.join(rule)}: {r.stderr.strip()}")
+
+
+def remove_rules(rules: list[list[str]]) -> None:
+    for rule in rules:
+        while _iptables("-C", rule).returncode == 0:
+            if _iptables("-D", rule).returncode != 0:
+                break
+
+
+def enable_forwarding() -> bool:
+    """Turn IPv4 forwarding on; whether it was off (so that the caller may turn it back)."""
+    try:
+        was_on = IP_FORWARD.read_text().strip() == "1"
+        if not was_on:
+            IP_FORWARD.write_text("1\n")
+        return not was_on
+    except OSError as exc:
+        raise NetworkError(f"enabling IPv4 forwarding failed: {exc}") from exc
+
+
+def disable_forwarding() -> None:
+    with contextlib.suppress(OSError):
+        IP_FORWARD.write_text("0\n")
