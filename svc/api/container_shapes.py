@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from svc.api.versioning import Version
+from svc.engine import ports
 from svc.engine.container import Container
 from svc.engine.container_state import State, human_duration, status_text
 from svc.engine.images import ImageService
@@ -59,15 +60,17 @@ def network_settings(c: Container) -> NetworkSettingsBody:
     found = nets.of_container(c.id)
     live = c.live
     key = f"/proc/{live.pid}/ns/net" if live is not None and name != "host" else ""
+    port_map = ports.port_map(c.host_config, c.config, nets.published(c.id))
     if found is None:
         return NetworkSettingsBody(Networks={name: EndpointSettings(NetworkID=net_id)},
-                                   Ports={} if name == "bridge" else None, SandboxKey=key)
+                                   Ports=port_map if name == "bridge" else None,
+                                   SandboxKey=key)
     net, info = found
     ep = info.endpoint
     addr = {"Gateway": ep.gateway, "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
             "MacAddress": ep.mac, "EndpointID": info.endpoint_id}
     return NetworkSettingsBody(
-        Bridge=net.bridge, SandboxID=c.id, SandboxKey=key, Ports={}, **addr,
+        Bridge=net.bridge, SandboxID=c.id, SandboxKey=key, Ports=port_map, **addr,
         Networks={net.name: EndpointSettings(NetworkID=net.id, **addr)})
 
 
@@ -156,14 +159,18 @@ def _summary(c: Container, names: list[str], version: Version,
              sizes: tuple[int, int] | None) -> dict[str, Any]:
     st = c.state
     status = ""
-    ports = [PortBody(PrivatePort=int(p.split("/")[0]), Type=p.split("/")[1] if "/" in p
-                      else "tcp")
-             for p in sorted(c.config.get("ExposedPorts") or {})]
     net = network_settings(c)
+    port_list = []
+    for key, entries in sorted((net.Ports or {}).items()):
+        private, proto = ports.parse_port(key)
+        for e in entries or [None]:
+            port_list.append(PortBody(PrivatePort=private, Type=proto,
+                                  IP=e["HostIp"] if e else None,
+                                  PublicPort=int(e["HostPort"]) if e else None))
     body = ContainerSummary(
         Id=c.id, Names=names, Image=str(c.config.get("Image") or c.image_id),
         ImageID=c.image_id, Command=command_text(c), Created=c.created_ns // 10**9,
-        Ports=ports, Labels=dict(c.config.get("Labels") or {}), State=st.status.value,
+        Ports=port_list, Labels=dict(c.config.get("Labels") or {}), State=st.status.value,
         Status=status, HostConfig={"NetworkMode": str(c.host_config.get("NetworkMode")
                                                       or "default")},
         NetworkSettings={"Networks": {k: v.model_dump() for k, v in net.Networks.items()}},

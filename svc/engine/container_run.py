@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from svc.engine import container_files as files
+from svc.engine import ports
 from svc.engine.attach import OutputHub, output_chunks
 from svc.engine.container import Container, Live, now_ns
 from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
@@ -180,6 +181,10 @@ class Runner:
                 created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
             if address is not None:
                 await self.d.networks.attach(c.id, created.pid)
+                published = ports.bindings(c.host_config, c.config)
+                if published:
+                    assert self._nursery is not None
+                    await self.d.networks.publish(c.id, published, self._nursery)
         except BaseException:
             if pipes is not None:
                 with trio.CancelScope(shield=True):

@@ -45,6 +45,7 @@ from svc.engine.container_state import State, require
 from svc.engine.container_stats import StatsService
 from svc.engine.exec import ExecService
 from svc.engine.images import Image
+from svc.engine.ports import bindings as port_bindings
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
 from svc.runtime.cgroups import Knobs
@@ -238,6 +239,7 @@ class ContainerService:
             self.resolve(hc.NetworkMode.partition(":")[2])
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
+        port_bindings(host_config_record(hc), config)  # 400s before anything is made
         async with self._names_lock:
             if name:
                 full = check_name(name)

@@ -24,8 +24,9 @@ from typing import Any
 import trio
 
 from svc.engine.events import EventBus
-from svc.errors import InvalidParameter, NotFound, SvcError, SystemError_
+from svc.errors import Conflict, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
+from svc.network.proxy import Binding, PortInUse, PortProxy
 
 log = logging.getLogger("svc.networks")
 
@@ -77,6 +78,7 @@ class NetworkService:
         self.networks: dict[str, Network] = {}
         self._forwarding_turned_on = False
         self._ready = False
+        self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
 
     def open(self, records: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
         """Load the built-in networks' ids; returns records to save for new ones."""
@@ -175,9 +177,37 @@ class NetworkService:
         self.events.publish("network", "connect", net.id,
                             {"container": cid, "name": net.name, "type": net.driver})
 
+    async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery) -> None:
+        """Bind the container's published ports and forward them to its address, in
+        ``nursery`` until ``release``. A port that cannot be bound is a 409 and nothing stays
+        bound."""
+        info = self.default_bridge.endpoints[cid]
+        try:
+            proxy = await PortProxy.bind(bindings)
+        except PortInUse as exc:
+            raise Conflict(f"driver failed programming external connectivity on endpoint "
+                           f"{info.container.lstrip('/')}: {exc}") from None
+        scope = trio.CancelScope()
+        self._proxies[cid] = (proxy, scope)
+
+        async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                        ) -> None:
+            with scope:
+                await proxy.serve(info.endpoint.address, task_status=task_status)
+
+        await nursery.start(serve)
+
+    def published(self, cid: str) -> list[Binding] | None:
+        found = self._proxies.get(cid)
+        return None if found is None else found[0].bindings
+
     async def release(self, cid: str) -> None:
-        """Delete the container's veth pair (if still there) and free its address.
-        Idempotent."""
+        """Stop the container's port proxy, delete its veth pair (if still there) and free
+        its address. Idempotent."""
+        proxied = self._proxies.pop(cid, None)
+        if proxied is not None:
+            proxied[1].cancel()
+            proxied[0].close()
         net = self.default_bridge
         info = net.endpoints.pop(cid, None)
         if info is None:
