@@ -108,7 +108,7 @@ def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any
     t0 = time.monotonic()
     code = daemon.stop()
     reap_containers(workdir / "exec" / "runc", workdir, f"/{workdir.name}")
-    remove_bridge(procs.bench_bridge(workdir), procs.BENCH_BIP)
+    remove_bridge(procs.bench_bridge(workdir), procs.BENCH_BIP, workdir / "root")
     leftovers = [p.name for p in (daemon.socket, workdir / "svc.pid") if p.exists()]
     text = daemon.log_text()
     log_lines = [ln for ln in text.splitlines() if any(m in ln for m in LOG_MARKS)]

@@ -46,32 +46,45 @@ def _network_name(c: Container) -> str:
 
 
 def network_settings(c: Container) -> NetworkSettingsBody:
-    """The container's networks; addresses while it runs on the bridge."""
+    """The container's networks (addresses on those it is attached to now); the top-level
+    address fields are the default bridge's, as dockerd fills them."""
     from svc.api.app import engine_of
 
-    name = _network_name(c)
-    if name.startswith("container:"):
+    mode = _network_name(c)
+    if mode.startswith("container:"):
         return NetworkSettingsBody(Networks={}, Ports=None, SandboxKey="")
     nets = engine_of().networks
-    try:
-        net_id = nets.resolve(name).id
-    except SvcError:
-        net_id = ""
-    found = nets.of_container(c.id)
     live = c.live
-    key = f"/proc/{live.pid}/ns/net" if live is not None and name != "host" else ""
+    key = f"/proc/{live.pid}/ns/net" if live is not None and mode != "host" else ""
     port_map = ports.port_map(c.host_config, c.config, nets.published(c.id))
-    if found is None:
-        return NetworkSettingsBody(Networks={name: EndpointSettings(NetworkID=net_id)},
-                                   Ports=port_map if name == "bridge" else None,
-                                   SandboxKey=key)
-    net, info = found
-    ep = info.endpoint
-    addr = {"Gateway": ep.gateway, "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
-            "MacAddress": ep.mac, "EndpointID": info.endpoint_id}
-    return NetworkSettingsBody(
-        Bridge=net.bridge, SandboxID=c.id, SandboxKey=key, Ports=port_map, **addr,
-        Networks={net.name: EndpointSettings(NetworkID=net.id, **addr)})
+    attached = {net.id: (net, info) for net, info in nets.of_container(c.id)}
+    try:
+        planned = nets.plan(str(c.host_config.get("NetworkMode") or "default"), c.net_config)
+    except SvcError:
+        planned = []
+    if mode in ("host", "none"):
+        try:
+            planned = [(nets.resolve(mode), {})]
+        except SvcError:
+            planned = []
+    body = NetworkSettingsBody(Networks={}, SandboxKey=key,
+                               Ports=port_map if mode not in ("host", "none") else None)
+    for net, cfg in planned:
+        es = EndpointSettings(NetworkID=net.id, Aliases=cfg.get("Aliases") or None,
+                              IPAMConfig=cfg.get("IPAMConfig") or None)
+        if net.id in attached:
+            info = attached[net.id][1]
+            ep = info.endpoint
+            es = es.model_copy(update={
+                "Gateway": ep.gateway, "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
+                "MacAddress": ep.mac, "EndpointID": info.endpoint_id})
+            if net.name == "bridge" and net.builtin:
+                body = body.model_copy(update={
+                    "Bridge": net.bridge, "SandboxID": c.id, "Gateway": ep.gateway,
+                    "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
+                    "MacAddress": ep.mac, "EndpointID": info.endpoint_id})
+        body.Networks[net.name] = es
+    return body
 
 
 def mounts(c: Container) -> list[MountPoint]:

@@ -85,6 +85,7 @@ class Container:
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)  # container_mounts.plan
+    net_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
     hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
@@ -149,7 +150,8 @@ class Container:
                 "host_config": self.host_config, "image_id": self.image_id,
                 "state": self.state.record(), "restart_count": self.restart_count,
                 "has_been_started": self.has_been_started,
-                "manually_stopped": self.manually_stopped, "mounts": self.mounts}
+                "manually_stopped": self.manually_stopped, "mounts": self.mounts,
+                "net_config": self.net_config}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
@@ -163,6 +165,7 @@ class Container:
                    has_been_started=bool(rec.get("has_been_started", False)),
                    manually_stopped=bool(rec.get("manually_stopped", False)),
                    mounts=[dict(m) for m in rec.get("mounts") or []],
+                   net_config={str(k): dict(v) for k, v in (rec.get("net_config") or {}).items()},
                    dir=containers_dir / cid)
 
 

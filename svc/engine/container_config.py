@@ -13,7 +13,7 @@ import re
 import signal
 from typing import Any
 
-from svc.errors import InvalidParameter, NotFound
+from svc.errors import InvalidParameter
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
@@ -239,7 +239,7 @@ def _check_network_mode(mode: str) -> None:
             raise InvalidParameter("Invalid network mode: container: needs a container name "
                                    "or id")
         return
-    raise NotFound(f"network {mode} not found")
+    # another name is a user network: the containers service resolves it (404 if missing)
 
 
 def _drop_missing_knobs(hc: HostConfigBody, knobs: Knobs) -> list[str]:

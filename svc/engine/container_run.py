@@ -166,9 +166,13 @@ class Runner:
         pipes: ContainerPipes | None = None
         try:
             await self._mount_volumes(c)
-            address = None
-            if uses_default_bridge(c):
-                address = self.d.networks.reserve(c.id, c.name).endpoint.address
+            nets = self.d.networks
+            plan = nets.plan(str(c.host_config.get("NetworkMode") or "default"), c.net_config)
+            for i, (net, cfg) in enumerate(plan):
+                static = str((cfg.get("IPAMConfig") or {}).get("IPv4Address") or "")
+                nets.reserve(c.id, c.name, net, f"eth{i}", static,
+                             list(cfg.get("Aliases") or []))
+            address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
@@ -179,12 +183,12 @@ class Runner:
             else:
                 pipes = open_pipes(stdin=bool(c.config.get("OpenStdin")))
                 created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
-            if address is not None:
-                await self.d.networks.attach(c.id, created.pid)
-                published = ports.bindings(c.host_config, c.config)
-                if published:
-                    assert self._nursery is not None
-                    await self.d.networks.publish(c.id, published, self._nursery)
+            for i, (net, _) in enumerate(plan):
+                await nets.attach(c.id, created.pid, net, default_route=i == 0)
+            published = ports.bindings(c.host_config, c.config)
+            if plan and published:
+                assert self._nursery is not None
+                await nets.publish(c.id, published, self._nursery, plan[0][0])
         except BaseException:
             if pipes is not None:
                 with trio.CancelScope(shield=True):
@@ -468,10 +472,6 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
             if hub.taps:
                 hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
         done.set()
-
-
-def uses_default_bridge(c: Container) -> bool:
-    return str(c.host_config.get("NetworkMode") or "default") in ("default", "bridge")
 
 
 def _image_dir(rootfs: Path, destination: str) -> Path | None:

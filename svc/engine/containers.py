@@ -9,6 +9,7 @@ container's ``changed`` event, never on the process itself.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import shutil
@@ -237,6 +238,7 @@ class ContainerService:
         volumes_from = self._volumes_from(hc)
         if hc.NetworkMode.startswith("container:"):
             self.resolve(hc.NetworkMode.partition(":")[2])
+        net_config = self._net_config(hc.NetworkMode, body)
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
         port_bindings(host_config_record(hc), config)  # 400s before anything is made
@@ -249,6 +251,7 @@ class ContainerService:
                 full = self._new_name()
             c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
                           config=config, host_config=host_config_record(hc),
+                          net_config=net_config,
                           image_id=image.id, warnings=warnings, dir=self.dir / cid)
             self.names[full] = cid
             self.containers[cid] = c
@@ -496,6 +499,84 @@ class ContainerService:
         kept = {m["Name"] for m in c.mounts}
         await self._drop_anonymous(c, [m for m in before if m["Name"] not in kept])
 
+    # -- networks ---------------------------------------------------------------------------
+
+    def _net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
+        """The settings of the container's network (NetworkingConfig), by network id; a
+        custom NetworkMode must name an existing network (404)."""
+        nets = self.deps.networks
+        if mode in ("", "default", "bridge", "host", "none") or mode.startswith("container:"):
+            primary = nets.default_bridge if mode in ("", "default", "bridge") else None
+        else:
+            primary = nets.resolve(mode)
+        endpoints = (body.NetworkingConfig.EndpointsConfig or {}) if body.NetworkingConfig \
+            else {}
+        out: dict[str, dict[str, Any]] = {}
+        for ref, cfg in endpoints.items():
+            net = nets.default_bridge if ref == "default" else nets.resolve(ref)
+            if primary is None or net.id != primary.id:
+                raise InvalidParameter(f"NetworkingConfig names {ref}, which is not the "
+                                       "container's NetworkMode (connect it after the create)")
+            out[net.id] = _endpoint_config(cfg.model_dump(exclude_none=True))
+        return out
+
+    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
+        """Join network ``ref`` (live if running: a new ethN, no default route)."""
+        nets = self.deps.networks
+        net = nets.resolve(ref)
+        async with c.lock:
+            mode = str(c.host_config.get("NetworkMode") or "default")
+            if mode in ("host", "none") or mode.startswith("container:"):
+                raise InvalidParameter(f"container sharing network namespace with another "
+                                       f"container or with host or none cannot be connected "
+                                       f"to {net.name}")
+            if net.name in ("host", "none"):
+                raise InvalidParameter(f"container cannot be connected to the {net.name} "
+                                       "network")
+            if any(n.id == net.id for n, _ in nets.plan(mode, c.net_config)):
+                raise Conflict(f"container {c.short_id} is already connected to network "
+                               f"{net.name}")
+            config = _endpoint_config(cfg)
+            if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
+                static = str((config.get("IPAMConfig") or {}).get("IPv4Address") or "")
+                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id), static,
+                             list(config.get("Aliases") or []))
+                await nets.attach(c.id, c.live.pid, net, default_route=False)
+            c.net_config[net.id] = config
+            await self.deps.save(c)
+            c.notify()
+
+    async def disconnect(self, c: Container, ref: str) -> None:
+        """Leave network ``ref`` (live if running)."""
+        nets = self.deps.networks
+        net = nets.resolve(ref)
+        async with c.lock:
+            mode = str(c.host_config.get("NetworkMode") or "default")
+            planned = nets.plan(mode, c.net_config)
+            if not any(n.id == net.id for n, _ in planned):
+                raise InvalidParameter(f"container {c.short_id} is not connected to network "
+                                       f"{net.name}")
+            await nets.release(c.id, only=net)
+            if planned[0][0].id == net.id:
+                c.net_config[net.id] = {"Disconnected": True}
+            else:
+                c.net_config.pop(net.id, None)
+            await self.deps.save(c)
+            c.notify()
+
+    def network_users(self, net_id: str) -> list[str]:
+        """Containers (any state) that join network ``net_id`` when they start."""
+        out = []
+        for c in self.containers.values():
+            try:
+                plan = self.deps.networks.plan(str(c.host_config.get("NetworkMode") or
+                                                   "default"), c.net_config)
+            except SvcError:
+                continue
+            if any(n.id == net_id for n, _ in plan):
+                out.append(c.id)
+        return out
+
     # -- volumes ----------------------------------------------------------------------------
 
     def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
@@ -643,3 +724,20 @@ class ContainerService:
         paused = sum(1 for c in self.containers.values() if c.state.status is State.PAUSED)
         total = len(self.containers)
         return total, running, paused, total - running - paused
+
+
+def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """IPAMConfig (a valid IPv4Address) and Aliases of an endpoint config, checked."""
+    out: dict[str, Any] = {}
+    ipam = cfg.get("IPAMConfig") or {}
+    v4 = str(ipam.get("IPv4Address") or "")
+    if v4:
+        try:
+            ipaddress.IPv4Address(v4)
+        except ValueError:
+            raise InvalidParameter(f"invalid IPv4Address {v4!r}") from None
+        out["IPAMConfig"] = {"IPv4Address": v4}
+    if cfg.get("Aliases"):
+        out["Aliases"] = [str(a) for a in cfg["Aliases"]]
+    return out
+

@@ -65,6 +65,8 @@ class Engine:
             save=lambda name, rec: self.save_record("volumes", name, rec),
             delete=self._delete_volume)
         self.networks = NetworkService(self.events, config.bridge, config.bip)
+        self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
+        self.networks.delete = lambda nid: self.delete_record("networks", nid)
         deps = RunnerDeps(
             runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,

@@ -1,16 +1,23 @@
-"""Networks: the built-in ``bridge``, ``host`` and ``none``, and the default bridge's wiring.
+"""Networks: the built-in ``bridge``, ``host`` and ``none``, user bridge networks, and wiring
+containers into them.
 
-The ``bridge`` network is a Linux bridge (``--bridge``, ``svc0`` by default) holding the gateway
-address of ``--bip`` (``172.17.0.1/16``). A container on it gets, between ``runc create`` and
-``runc start``: an address from the subnet (the lowest free one; kept while it runs), a veth
-pair whose container end is ``eth0`` in its network namespace with dockerd's MAC
-(``02:42`` + the address) and a default route through the gateway. The address is reserved
-before the container's /etc/hosts is written, so the file names it. At teardown the veth pair
-is deleted and the address freed; a crash leaves nothing behind, as a namespace's veth dies
-with it. The daemon masquerades the subnet's outbound traffic and turns IPv4 forwarding on
-at start (iptables, as dockerd), and takes the rules away at shutdown.
+Every bridge network is a Linux bridge holding its gateway address: the default one is
+``--bridge`` (``svc0``) with ``--bip`` (``172.17.0.1/16``); a user network's is ``br-<id[:12]>``
+with its IPAM subnet (given, or the first free /16 of 172.18-31 that no network and no host
+interface uses). A container on a network gets, between ``runc create`` and ``runc start``, an
+address (static from its endpoint config, else the lowest free one in the network's IPRange or
+subnet; kept while it runs) and a veth pair whose container end is ``eth0``, ``eth1``... in its
+network namespace with dockerd's MAC (``02:42`` + the address); its first network gives the
+default route. The first address is reserved before /etc/hosts is written, so the file names
+it. At teardown the veth pairs are deleted and the addresses freed; a crash leaves nothing, as
+a namespace's veths die with it.
 
-Events: network ``connect`` and ``disconnect`` for each container on the bridge.
+iptables, as dockerd: each non-internal network masquerades its subnet's outbound traffic and
+is forwarded; an internal one is cut off from everything but itself; traffic between two of
+our bridges is dropped (isolation). IPv4 forwarding is turned on at start. The rules go at
+shutdown or when the network is removed.
+
+Events: network create, connect, disconnect, destroy.
 """
 
 from __future__ import annotations
@@ -24,24 +31,14 @@ from typing import Any
 import trio
 
 from svc.engine.events import EventBus
-from svc.errors import Conflict, InvalidParameter, NotFound, SvcError, SystemError_
+from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
 from svc.network.proxy import Binding, PortInUse, PortProxy
 
 log = logging.getLogger("svc.networks")
 
 BUILTIN = (("bridge", "bridge"), ("host", "host"), ("none", "null"))
-
-
-@dataclass
-class Network:
-    id: str
-    name: str
-    driver: str
-    subnet: str = ""
-    gateway: str = ""
-    bridge: str = ""
-    endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
+AUTO_POOL = [ipaddress.IPv4Network(f"172.{n}.0.0/16") for n in range(18, 32)]
 
 
 @dataclass
@@ -51,7 +48,34 @@ class EndpointInfo:
     container: str  # its name, with the leading /
     endpoint_id: str
     endpoint: br.Endpoint
+    aliases: list[str] = field(default_factory=list)
     attached: bool = False
+
+
+@dataclass
+class Network:
+    id: str
+    name: str
+    driver: str
+    subnet: str = ""
+    gateway: str = ""
+    ip_range: str = ""
+    bridge: str = ""
+    internal: bool = False
+    builtin: bool = False
+    options: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
+
+    def record(self) -> dict[str, Any]:
+        return {"Name": self.name, "Id": self.id, "Driver": self.driver,
+                "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
+                "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
+                "Options": self.options, "Labels": self.labels}
+
+    @property
+    def prefixlen(self) -> int:
+        return ipaddress.IPv4Network(self.subnet).prefixlen
 
 
 def check_bip(bip: str) -> tuple[str, int, str]:
@@ -76,31 +100,48 @@ class NetworkService:
         self.gateway, self.prefixlen, self.subnet = check_bip(bip)
         self.bridge_name = bridge_name
         self.networks: dict[str, Network] = {}
+        self.save: Any = None  # async (id, record) -> None, set by the engine
+        self.delete: Any = None  # async (id) -> None
         self._forwarding_turned_on = False
         self._ready = False
         self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
+        self._lock = trio.Lock()
 
     def open(self, records: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-        """Load the built-in networks' ids; returns records to save for new ones."""
+        """Load the networks; returns records to save for built-in ones seen the first time."""
         by_name = {str(r.get("Name")): (oid, r) for oid, r in records.items()}
         new: list[tuple[str, dict[str, Any]]] = []
         for name, driver in BUILTIN:
             found = by_name.get(name)
             nid = found[0] if found else secrets.token_hex(32)
+            net = Network(nid, name, driver, builtin=True)
             if found is None:
-                new.append((nid, {"Name": name, "Id": nid, "Driver": driver}))
-            net = Network(nid, name, driver)
+                new.append((nid, net.record()))
             if name == "bridge":
                 net.subnet, net.gateway, net.bridge = self.subnet, self.gateway, self.bridge_name
             self.networks[nid] = net
+        for oid, r in records.items():
+            if r.get("Builtin") or str(r.get("Name")) in dict(BUILTIN):
+                continue
+            self.networks[oid] = Network(
+                oid, str(r["Name"]), str(r.get("Driver") or "bridge"),
+                subnet=str(r.get("Subnet") or ""), gateway=str(r.get("Gateway") or ""),
+                ip_range=str(r.get("IPRange") or ""), bridge=str(r.get("Bridge") or ""),
+                internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
+                labels=dict(r.get("Labels") or {}))
         return new
 
     @property
     def default_bridge(self) -> Network:
         return next(n for n in self.networks.values() if n.name == "bridge")
 
+    def _bridges(self) -> list[Network]:
+        return [n for n in self.networks.values() if n.bridge]
+
+    # -- daemon start and stop -------------------------------------------------------------
+
     async def setup(self) -> None:
-        """The bridge, its address and the outbound rules (at daemon start)."""
+        """Every network's bridge, address and rules (at daemon start)."""
         try:
             await trio.to_thread.run_sync(self._setup)
         except (br.NetworkError, OSError) as exc:
@@ -108,19 +149,32 @@ class NetworkService:
         self._ready = True
 
     def _setup(self) -> None:
-        br.ensure_bridge(self.bridge_name, self.gateway, self.prefixlen)
-        br.ensure_rules(br.nat_rules(self.bridge_name, self.subnet))
+        for net in self._bridges():
+            br.ensure_bridge(net.bridge, net.gateway, net.prefixlen)
+            br.ensure_rules(self._rules(net))
+        br.ensure_rules(self._isolation())
         self._forwarding_turned_on = br.enable_forwarding()
 
+    def _rules(self, net: Network) -> list[list[str]]:
+        if net.internal:
+            return br.internal_rules(net.bridge)
+        return br.nat_rules(net.bridge, net.subnet)
+
+    def _isolation(self, nets: list[Network] | None = None) -> list[list[str]]:
+        bridges = [n.bridge for n in (self._bridges() if nets is None else nets)]
+        return br.isolation_rules(bridges)
+
     async def shutdown(self) -> None:
-        """Take the outbound rules away (the bridge stays, as dockerd's does)."""
+        """Take the rules away (the bridges stay, as dockerd's do)."""
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._shutdown)
 
     def _shutdown(self) -> None:
         if not self._ready:
             return
-        br.remove_rules(br.nat_rules(self.bridge_name, self.subnet))
+        br.remove_rules(self._isolation())
+        for net in self._bridges():
+            br.remove_rules(self._rules(net))
         if self._forwarding_turned_on:
             br.disable_forwarding()
 
@@ -136,52 +190,135 @@ class NetworkService:
             return found[0]
         raise NotFound(f"network {ref} not found")
 
-    def of_container(self, cid: str) -> tuple[Network, EndpointInfo] | None:
-        for n in self.networks.values():
-            if cid in n.endpoints:
-                return n, n.endpoints[cid]
-        return None
+    def of_container(self, cid: str) -> list[tuple[Network, EndpointInfo]]:
+        """The networks the container is attached to now, in the order of its interfaces."""
+        found = [(n, n.endpoints[cid]) for n in self.networks.values() if cid in n.endpoints]
+        return sorted(found, key=lambda f: f[1].endpoint.ifname)
 
-    # -- containers on the bridge ----------------------------------------------------------
+    # -- user networks ---------------------------------------------------------------------
 
-    def reserve(self, cid: str, name: str) -> EndpointInfo:
-        """An address for container ``cid`` on the default bridge (freed by ``release``)."""
-        net = self.default_bridge
+    async def create(self, name: str, *, driver: str = "", subnet: str = "", ip_range: str = "",
+                     gateway: str = "", internal: bool = False,
+                     options: dict[str, str] | None = None,
+                     labels: dict[str, str] | None = None) -> Network:
+        """A user bridge network; nothing is left if any step fails."""
+        if not name:
+            raise InvalidParameter("Name is required: the network's name")
+        if driver not in ("", "bridge"):
+            raise NotFound(f"plugin not found: network driver {driver!r} (only bridge)")
+        async with self._lock:
+            if any(n.name == name for n in self.networks.values()):
+                raise Conflict(f"network with name {name} already exists")
+            taken = await trio.to_thread.run_sync(self._subnets_in_use)
+            net_subnet, net_gateway, net_range = _plan_ipam(subnet, ip_range, gateway, taken)
+            nid = secrets.token_hex(32)
+            net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
+                          ip_range=net_range, bridge=f"br-{nid[:12]}", internal=internal,
+                          options=dict(options or {}), labels=dict(labels or {}))
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(self._make_bridge, net)
+                except (br.NetworkError, OSError) as exc:
+                    await trio.to_thread.run_sync(self._drop_bridge, net)
+                    raise SystemError_(str(exc)) from exc
+                await self.save(nid, net.record())
+                self.networks[nid] = net
+        self.events.publish("network", "create", nid, {"name": name, "type": "bridge"})
+        return net
+
+    def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
+        nets = [ipaddress.IPv4Network(n.subnet) for n in self.networks.values() if n.subnet]
+        return nets + br.host_subnets()
+
+    def _make_bridge(self, net: Network) -> None:
+        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen)
+        br.ensure_rules(self._rules(net))
+        br.ensure_rules(self._isolation([*self._bridges(), net]))
+
+    def _drop_bridge(self, net: Network) -> None:
+        others = [n for n in self._bridges() if n.id != net.id]
+        br.remove_rules(br.isolation_rules([net.bridge, *[n.bridge for n in others]]))
+        br.ensure_rules(self._isolation(others))
+        br.remove_rules(self._rules(net))
+        br.delete_bridge(net.bridge)
+
+    async def remove(self, net: Network, in_use: list[str]) -> None:
+        """Delete a user network; 403 for a built-in one, 409 while containers use it."""
+        if net.builtin:
+            raise Forbidden(f"{net.name} is a pre-defined network and cannot be removed")
+        async with self._lock:
+            if net.endpoints or in_use:
+                users = sorted(set(net.endpoints) | set(in_use))
+                raise Conflict(f"network {net.name} has active endpoints: {', '.join(users)}")
+            with trio.CancelScope(shield=True):
+                await self.delete(net.id)
+                del self.networks[net.id]
+                await trio.to_thread.run_sync(self._drop_bridge, net)
+        self.events.publish("network", "destroy", net.id, {"name": net.name, "type": "bridge"})
+
+    # -- containers ------------------------------------------------------------------------
+
+    def plan(self, mode: str, net_config: dict[str, dict[str, Any]],
+             ) -> list[tuple[Network, dict[str, Any]]]:
+        """The networks a container with NetworkMode ``mode`` and per-network settings
+        ``net_config`` (by network id) joins at start, its first network (the one of
+        NetworkMode) first. None for host, none and container:<ref>."""
+        if mode in ("host", "none") or mode.startswith("container:"):
+            return []
+        primary = self.default_bridge if mode in ("", "default", "bridge") else \
+            self.resolve(mode)
+        out = [(primary, net_config.get(primary.id, {}))]
+        out += [(self.networks[nid], cfg) for nid, cfg in net_config.items()
+                if nid != primary.id and nid in self.networks]
+        return [(n, cfg) for n, cfg in out if not cfg.get("Disconnected")]
+
+    def next_ifname(self, cid: str) -> str:
+        used = {info.endpoint.ifname for _, info in self.of_container(cid)}
+        return next(f"eth{i}" for i in range(100) if f"eth{i}" not in used)
+
+    def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
+                aliases: list[str] | None = None) -> EndpointInfo:
+        """An address for container ``cid`` on ``net`` (freed by ``release``)."""
         if cid in net.endpoints:
             return net.endpoints[cid]
         if not self._ready:
-            raise SystemError_("the default bridge is not set up")
-        taken = {e.endpoint.address for e in net.endpoints.values()} | {self.gateway}
-        network = ipaddress.IPv4Network(self.subnet)
-        for host in network.hosts():
-            address = str(host)
-            if address not in taken:
-                break
-        else:
-            raise SystemError_(f"no free address left in {self.subnet} on {self.bridge_name}")
-        ep = br.Endpoint(host_if=f"sv{cid[:12]}h", address=address, prefixlen=self.prefixlen,
-                         gateway=self.gateway, mac=br.mac_for(address))
-        info = EndpointInfo(container=name, endpoint_id=secrets.token_hex(32), endpoint=ep)
+            raise SystemError_("the networks are not set up (see the daemon's log)")
+        taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway}
+        address = static or _free_address(net, taken)
+        if static:
+            ip = ipaddress.IPv4Address(static)
+            if ip not in ipaddress.IPv4Network(net.subnet):
+                raise InvalidParameter(f"invalid address {static}: not in {net.subnet} of "
+                                       f"network {net.name}")
+            if static in taken:
+                raise Conflict(f"Address already in use: {static} on network {net.name}")
+        ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
+                         prefixlen=net.prefixlen, gateway=net.gateway,
+                         mac=br.mac_for(address), ifname=ifname)
+        info = EndpointInfo(container=name, endpoint_id=secrets.token_hex(32), endpoint=ep,
+                            aliases=list(aliases or []))
         net.endpoints[cid] = info
         return info
 
-    async def attach(self, cid: str, pid: int) -> None:
+    async def attach(self, cid: str, pid: int, net: Network, *, default_route: bool) -> None:
         """Wire the reserved endpoint into the namespace of ``pid``."""
-        net = self.default_bridge
         info = net.endpoints[cid]
         try:
-            await trio.to_thread.run_sync(br.attach, self.bridge_name, pid, info.endpoint)
+            await trio.to_thread.run_sync(br.attach, net.bridge, pid, info.endpoint,
+                                          default_route)
         except br.NetworkError as exc:
+            net.endpoints.pop(cid, None)
             raise SystemError_(str(exc)) from exc
         info.attached = True
         self.events.publish("network", "connect", net.id,
                             {"container": cid, "name": net.name, "type": net.driver})
 
-    async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery) -> None:
-        """Bind the container's published ports and forward them to its address, in
-        ``nursery`` until ``release``. A port that cannot be bound is a 409 and nothing stays
-        bound."""
-        info = self.default_bridge.endpoints[cid]
+    async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery,
+                      net: Network) -> None:
+        """Bind the container's published ports and forward them to its address on ``net``,
+        in ``nursery`` until ``release``. A port that cannot be bound is a 409 and nothing
+        stays bound."""
+        info = net.endpoints[cid]
         try:
             proxy = await PortProxy.bind(bindings)
         except PortInUse as exc:
@@ -201,22 +338,65 @@ class NetworkService:
         found = self._proxies.get(cid)
         return None if found is None else found[0].bindings
 
-    async def release(self, cid: str) -> None:
-        """Stop the container's port proxy, delete its veth pair (if still there) and free
-        its address. Idempotent."""
-        proxied = self._proxies.pop(cid, None)
-        if proxied is not None:
-            proxied[1].cancel()
-            proxied[0].close()
-        net = self.default_bridge
-        info = net.endpoints.pop(cid, None)
-        if info is None:
-            return
-        with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
-            except (OSError, SvcError) as exc:
-                log.warning("removing %s: %s", info.endpoint.host_if, exc)
-        if info.attached:
-            self.events.publish("network", "disconnect", net.id,
-                                {"container": cid, "name": net.name, "type": net.driver})
+    async def release(self, cid: str, only: Network | None = None) -> None:
+        """Stop the container's port proxy, delete its veth pairs (if still there) and free
+        its addresses (on ``only``, or everywhere). Idempotent."""
+        if only is None:
+            proxied = self._proxies.pop(cid, None)
+            if proxied is not None:
+                proxied[1].cancel()
+                proxied[0].close()
+        for net in [only] if only is not None else list(self.networks.values()):
+            info = net.endpoints.pop(cid, None)
+            if info is None:
+                continue
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
+                except (OSError, SvcError) as exc:
+                    log.warning("removing %s: %s", info.endpoint.host_if, exc)
+            if info.attached:
+                self.events.publish("network", "disconnect", net.id,
+                                    {"container": cid, "name": net.name, "type": net.driver})
+
+
+def _free_address(net: Network, taken: set[str]) -> str:
+    pool = ipaddress.IPv4Network(net.ip_range or net.subnet)
+    for host in pool.hosts():
+        if str(host) not in taken:
+            return str(host)
+    raise Conflict(f"no available IPv4 addresses on network {net.name} ({pool})")
+
+
+def _plan_ipam(subnet: str, ip_range: str, gateway: str,
+               taken: list[ipaddress.IPv4Network]) -> tuple[str, str, str]:
+    """(subnet, gateway, ip range) of a new network, checked; 400 for a bad CIDR, 409 for an
+    overlap or an exhausted pool."""
+    if subnet:
+        try:
+            net = ipaddress.IPv4Network(subnet, strict=False)
+        except ValueError:
+            raise InvalidParameter(f"invalid subnet {subnet!r}: an IPv4 CIDR such as "
+                                   "10.10.0.0/24") from None
+        if net.prefixlen > 30:
+            raise InvalidParameter(f"invalid subnet {subnet}: /30 or larger")
+        for other in taken:
+            if net.overlaps(other):
+                raise Conflict(f"Pool overlaps with other one on this address space: {net} "
+                               f"overlaps {other}")
+    else:
+        free = [p for p in AUTO_POOL if not any(p.overlaps(t) for t in taken)]
+        if not free:
+            raise Conflict("could not find an available, non-overlapping IPv4 address pool "
+                           "among the defaults to assign to the network")
+        net = free[0]
+    try:
+        rng = ipaddress.IPv4Network(ip_range, strict=False) if ip_range else None
+        gw = ipaddress.IPv4Address(gateway) if gateway else next(net.hosts())
+    except ValueError:
+        raise InvalidParameter(f"invalid IPRange {ip_range!r} or Gateway {gateway!r}") from None
+    if rng is not None and not rng.subnet_of(net):
+        raise InvalidParameter(f"invalid IPRange {rng}: not inside the subnet {net}")
+    if gw not in net or gw in (net.network_address, net.broadcast_address):
+        raise InvalidParameter(f"invalid Gateway {gw}: not a host address of {net}")
+    return str(net), str(gw), str(rng) if rng else ""

@@ -180,8 +180,26 @@ class ContainerConfig(WireModel):
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
+class EndpointIPAMConfig(WireModel):
+    IPv4Address: str = ""
+    IPv6Address: str = ""
+
+
+class EndpointConfigBody(WireModel):
+    """A container's settings on one network (create's NetworkingConfig, network connect)."""
+
+    IPAMConfig: EndpointIPAMConfig | None = None
+    Links: list[str] | None = None
+    Aliases: list[str] | None = None
+
+
+class NetworkingConfigBody(WireModel):
+    EndpointsConfig: dict[str, EndpointConfigBody] | None = None
+
+
 class CreateBody(ContainerConfig):
     HostConfig: HostConfigBody | None = None
+    NetworkingConfig: NetworkingConfigBody | None = None
 
 
 class CreateResponse(WireModel):

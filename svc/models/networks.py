@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from svc.models.base import WireModel
@@ -37,3 +39,35 @@ class NetworkBody(WireModel):
     Internal: bool = False  # returned from v1.23
     Containers: dict[str, NetworkContainer] = Field(default_factory=dict)
     Options: dict[str, str] = Field(default_factory=dict)
+
+
+class IPAMRequest(WireModel):
+    Driver: str = ""
+    Config: list[IPAMConfigEntry] | None = None
+    Options: dict[str, str] | None = None
+
+
+class NetworkCreateBody(WireModel):
+    Name: str = ""
+    CheckDuplicate: bool = False
+    Driver: str = ""
+    IPAM: IPAMRequest | None = None
+    Internal: bool = False
+    EnableIPv6: bool = False
+    Options: dict[str, str] | None = None
+    Labels: dict[str, str] | None = None
+
+
+class NetworkCreateResponse(WireModel):
+    Id: str
+    Warning: str = ""
+
+
+class ConnectBody(WireModel):
+    Container: str = ""
+    EndpointConfig: dict[str, Any] | None = None
+
+
+class DisconnectBody(WireModel):
+    Container: str = ""
+    Force: bool = False

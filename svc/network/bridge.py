@@ -35,6 +35,7 @@ class Endpoint:
     prefixlen: int
     gateway: str
     mac: str
+    ifname: str = "eth0"  # its name in the container
 
 
 def mac_for(address: str) -> str:
@@ -68,9 +69,10 @@ def delete_bridge(name: str) -> None:
             ip.link("del", index=idx)
 
 
-def attach(bridge: str, pid: int, ep: Endpoint, ifname: str = "eth0") -> None:
+def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> None:
     """A veth pair: ``ep.host_if`` on ``bridge``, its peer moved into the network namespace
-    of ``pid`` as ``ifname`` with the address, MAC and default route of ``ep``.
+    of ``pid`` as ``ep.ifname`` with the address and MAC of ``ep`` (and the default route
+    through its gateway, for a container's first network).
 
     On failure the host end is deleted (taking its peer along) and NetworkError is raised.
     """
@@ -87,12 +89,13 @@ def attach(bridge: str, pid: int, ep: Endpoint, ifname: str = "eth0") -> None:
             ip.link("set", index=inner, net_ns_pid=pid)
         with IPRoute(netns=f"/proc/{pid}/ns/net") as ns:
             idx = ns.link_lookup(ifname=peer)[0]
-            ns.link("set", index=idx, ifname=ifname, address=ep.mac)
+            ns.link("set", index=idx, ifname=ep.ifname, address=ep.mac)
             ns.addr("add", index=idx, address=ep.address, prefixlen=ep.prefixlen)
             ns.link("set", index=idx, state="up")
             for lo in ns.link_lookup(ifname="lo"):
                 ns.link("set", index=lo, state="up")
-            ns.route("add", dst="default", gateway=ep.gateway)
+            if default_route:
+                ns.route("add", dst="default", gateway=ep.gateway)
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
         raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "
@@ -134,17 +137,40 @@ def nat_rules(bridge: str, subnet: str) -> list[list[str]]:
     ]
 
 
+def internal_rules(bridge: str) -> list[list[str]]:
+    """An internal network: nothing in or out but between its own containers."""
+    return [
+        ["-t", "filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "DROP"],
+        ["-t", "filter", "FORWARD", "!", "-i", bridge, "-o", bridge, "-j", "DROP"],
+    ]
+
+
+def isolation_rules(bridges: list[str]) -> list[list[str]]:
+    """Drop what one of our bridges would forward to another (inserted first, before the
+    per-network ACCEPTs)."""
+    return [["-t", "filter", "FORWARD", "-i", a, "-o", b, "-j", "DROP"]
+            for a in bridges for b in bridges if a != b]
+
+
+def host_subnets() -> list[ipaddress.IPv4Network]:
+    """The IPv4 subnets of the host's interfaces (a new network must not overlap them)."""
+    with IPRoute() as ip:
+        return [ipaddress.IPv4Network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}",
+                                      strict=False) for a in ip.get_addr(family=2)]
+
+
 def _iptables(action: str, rule: list[str]) -> subprocess.CompletedProcess[str]:
     table, chain, spec = rule[:2], rule[2], rule[3:]
-    return subprocess.run(["iptables", "-w", *table, action, chain, *spec],
+    where = [chain, "1"] if action == "-I" else [chain]
+    return subprocess.run(["iptables", "-w", *table, action, *where, *spec],
                           capture_output=True, text=True, check=False)
 
 
 def ensure_rules(rules: list[list[str]]) -> None:
-    """Append each rule unless it is there already."""
+    """Add each rule unless it is there already: DROPs first in their chain, others last."""
     for rule in rules:
         if _iptables("-C", rule).returncode != 0:
-            r = _iptables("-A", rule)
+            r = _iptables("-I" if rule[-1] == "DROP" else "-A", rule)
             if r.returncode != 0:
                 raise NetworkError(f"iptables {' '.join(rule)}: {r.stderr.strip()}")
 

@@ -45,7 +45,7 @@ async def test_a_container_on_the_bridge(api: httpx.AsyncClient, cdaemon: Daemon
     assert ns["MacAddress"] == ns["Networks"]["bridge"]["MacAddress"] and ns["Bridge"] == \
         cdaemon.bridge
     assert ns["Networks"]["bridge"]["NetworkID"] and ns["Networks"]["bridge"]["EndpointID"]
-    assert br.links_on(cdaemon.bridge) == [f"sv{cid2[:12]}h"]
+    assert br.links_on(cdaemon.bridge) == [f"s0{cid2[:12]}h"]  # eth0 of cid2
     assert (await api.post(f"/containers/{cid2}/stop", params={"t": "0"})).status_code == 204
     assert br.links_on(cdaemon.bridge) == []
     ns = (await inspect(api, cid2))["NetworkSettings"]

@@ -140,7 +140,7 @@ class Daemon:
         processes), mounts, cgroups. Safe to call after a failed test."""
         self.kill()
         reap_containers(self.exec_root / "runc", self.dir, self.cgroup_parent)
-        remove_bridge(self.bridge, self.bip)
+        remove_bridge(self.bridge, self.bip, self.root)
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -171,15 +171,27 @@ def _free_subnet() -> str:
             return f"{candidate.network_address + 1}/24"
 
 
-def remove_bridge(name: str, bip: str) -> None:
-    """Delete a test daemon's bridge and the iptables rules it made (a SIGKILLed daemon
-    leaves both)."""
+def remove_bridge(name: str, bip: str, root: Path | None = None) -> None:
+    """Delete a test daemon's bridges (the default one and its user networks', read from
+    its records under ``root``) and the iptables rules it made: a SIGKILLed daemon, or one
+    whose test failed, leaves them."""
     import ipaddress
+    import json
 
     from svc.network import bridge as br
 
-    br.remove_rules(br.nat_rules(name, str(ipaddress.IPv4Interface(bip).network)))
-    br.delete_bridge(name)
+    nets = [(name, str(ipaddress.IPv4Interface(bip).network))]
+    records = root / "store" / "networks" if root is not None else None
+    if records is not None and records.is_dir():
+        for f in records.glob("*.json"):
+            with contextlib.suppress(ValueError, OSError):
+                rec = json.loads(f.read_text())
+                if rec.get("Bridge") and not rec.get("Builtin"):
+                    nets.append((str(rec["Bridge"]), str(rec.get("Subnet") or "")))
+    br.remove_rules(br.isolation_rules([b for b, _ in nets]))
+    for bridge, subnet in nets:
+        br.remove_rules(br.nat_rules(bridge, subnet) + br.internal_rules(bridge))
+        br.delete_bridge(bridge)
 
 
 def reap_containers(runc_root: Path, mounts_below: Path, cgroup_parent: str) -> None:

@@ -1,4 +1,4 @@
-"""GET /networks and GET /networks/{id} (the built-in bridge, host and none)."""
+"""The networks endpoints: list, inspect, create, remove, connect, disconnect."""
 
 from __future__ import annotations
 
@@ -6,12 +6,21 @@ from typing import Any
 
 from quart import Blueprint, Response
 
-from svc.api.params import qfilters
+from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
 from svc.engine.networks import Network, NetworkService
-from svc.errors import InvalidParameter
-from svc.models.networks import IPAMBody, IPAMConfigEntry, NetworkBody, NetworkContainer
+from svc.errors import InvalidParameter, NotFound
+from svc.models.networks import (
+    ConnectBody,
+    DisconnectBody,
+    IPAMBody,
+    IPAMConfigEntry,
+    NetworkBody,
+    NetworkContainer,
+    NetworkCreateBody,
+    NetworkCreateResponse,
+)
 
 bp = Blueprint("networks", __name__)
 
@@ -23,16 +32,20 @@ def networks() -> NetworkService:
 
 
 def shape(n: Network) -> dict[str, Any]:
-    config = [IPAMConfigEntry(Subnet=n.subnet, Gateway=n.gateway)] if n.subnet else []
-    options = {"com.docker.network.bridge.name": n.bridge,
-               "com.docker.network.bridge.default_bridge": "true"} if n.bridge else {}
+    config = [IPAMConfigEntry(Subnet=n.subnet, IPRange=n.ip_range, Gateway=n.gateway)] \
+        if n.subnet else []
+    options = dict(n.options)
+    if n.builtin and n.bridge:
+        options.update({"com.docker.network.bridge.name": n.bridge,
+                        "com.docker.network.bridge.default_bridge": "true"})
     containers = {cid: NetworkContainer(
         Name=info.container.lstrip("/"), EndpointID=info.endpoint_id,
         MacAddress=info.endpoint.mac,
         IPv4Address=f"{info.endpoint.address}/{info.endpoint.prefixlen}")
         for cid, info in n.endpoints.items() if info.attached}
     body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver, IPAM=IPAMBody(Config=config),
-                       Containers=containers, Options=options).model_dump()
+                       Internal=n.internal, Containers=containers,
+                       Options=options).model_dump()
     if api_version() < (1, 23):
         for key in ("EnableIPv6", "Internal"):
             body.pop(key)
@@ -52,8 +65,8 @@ async def list_networks() -> Response:
             continue
         if "id" in filters and not any(f in n.id for f in filters["id"]):
             continue
-        if "type" in filters and "builtin" not in filters["type"]:
-            continue  # every network is built in until user networks exist
+        if "type" in filters and ("builtin" if n.builtin else "custom") not in filters["type"]:
+            continue
         found.append(shape(n))
     return json_response(found)
 
@@ -61,3 +74,50 @@ async def list_networks() -> Response:
 @bp.get("/networks/<ref>")
 async def inspect(ref: str) -> Response:
     return json_response(shape(networks().resolve(ref)))
+
+
+@bp.post("/networks/create")
+async def create() -> Response:
+    body = await json_body(NetworkCreateBody)
+    assert body is not None
+    if body.EnableIPv6:
+        raise InvalidParameter("EnableIPv6: IPv6 networks are not supported by svc")
+    entries = (body.IPAM.Config or []) if body.IPAM else []
+    if len(entries) > 1 or any(":" in e.Subnet for e in entries):
+        raise InvalidParameter("IPAM Config: svc takes one IPv4 subnet per network")
+    if body.IPAM and body.IPAM.Driver not in ("", "default"):
+        raise NotFound(f"plugin not found: IPAM driver {body.IPAM.Driver!r}")
+    e = entries[0] if entries else IPAMConfigEntry()
+    net = await networks().create(body.Name, driver=body.Driver, subnet=e.Subnet,
+                                  ip_range=e.IPRange, gateway=e.Gateway,
+                                  internal=body.Internal, options=body.Options,
+                                  labels=body.Labels)
+    return json_response(NetworkCreateResponse(Id=net.id), status=201)
+
+
+@bp.delete("/networks/<ref>")
+async def remove(ref: str) -> Response:
+    await networks().remove(networks().resolve(ref), [])
+    return Response(b"", status=204)
+
+
+@bp.post("/networks/<ref>/connect")
+async def connect(ref: str) -> Response:
+    from svc.api.app import engine_of
+
+    body = await json_body(ConnectBody)
+    assert body is not None
+    svc = engine_of().containers
+    await svc.connect(svc.resolve(body.Container), ref, body.EndpointConfig or {})
+    return Response(b"", status=200)
+
+
+@bp.post("/networks/<ref>/disconnect")
+async def disconnect(ref: str) -> Response:
+    from svc.api.app import engine_of
+
+    body = await json_body(DisconnectBody)
+    assert body is not None
+    svc = engine_of().containers
+    await svc.disconnect(svc.resolve(body.Container), ref)
+    return Response(b"", status=200)
