@@ -30,6 +30,7 @@ from bench import (  # noqa: E402
     bench_containers,
     bench_events,
     bench_images,
+    bench_network,
     bench_requests,
     bench_rss,
     bench_streams,
@@ -49,6 +50,7 @@ BENCHMARKS = [
     Benchmark("images", bench_images.images),
     Benchmark("containers", bench_containers.containers),
     Benchmark("streams", bench_streams.streams),
+    Benchmark("network", bench_network.network),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}
