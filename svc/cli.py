@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cgroup under which containers' cgroups are made (default /svc)")
     p.add_argument("-b", "--bridge", help="the default bridge network's Linux bridge "
                    "(default svc0; made if missing)")
+    p.add_argument("--dns", action="append", help="DNS server for containers (repeatable): "
+                   "their resolv.conf, and the embedded server's upstream on user networks")
     p.add_argument("--bip", help="the default bridge's gateway address and subnet "
                    "(default 172.17.0.1/16)")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=int,

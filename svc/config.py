@@ -48,6 +48,7 @@ class DaemonConfig(BaseModel):
     shutdown_timeout: int = Field(10, alias="shutdown-timeout", ge=0)
     bridge: str = Field("svc0", alias="bridge")
     bip: str = Field("172.17.0.1/16", alias="bip")
+    dns: list[str] = Field(default_factory=list, alias="dns")
 
     @field_validator("log_level", mode="before")
     @classmethod

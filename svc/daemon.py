@@ -110,6 +110,7 @@ def run_daemon(config: DaemonConfig,
                                          cgroup_parent=config.cgroup_parent,
                                          shutdown_timeout=config.shutdown_timeout,
                                          bridge=config.bridge, bip=config.bip,
+                                         dns=tuple(config.dns),
                                          debug=config.effective_log_level == "debug"))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None

@@ -94,6 +94,25 @@ def resolv_conf(dns: list[str], search: list[str], options: list[str], *,
     return ("\n".join(lines) + "\n").encode()
 
 
+def embedded_resolv_conf(search: list[str], options: list[str],
+                         source: Path = HOST_RESOLV) -> bytes:
+    """resolv.conf for a container on a user network: the embedded server (127.0.0.11), the
+    host's (or DnsSearch's) search domains, ``ndots:0`` and DnsOptions, as dockerd writes."""
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        text = ""
+    host_search = [ln.strip() for ln in text.splitlines()
+                   if ln.strip().startswith(("search", "domain"))]
+    lines = ["nameserver 127.0.0.11"]
+    if search:
+        lines.append("search " + " ".join(d for d in search if d != "."))
+    else:
+        lines += host_search
+    lines.append("options " + " ".join(["ndots:0", *options]))
+    return ("\n".join(lines) + "\n").encode()
+
+
 def write(path: Path, data: bytes) -> None:
     """Rewritten at every start, so not fsynced."""
     atomic_write(path, data, mode=0o644, durable=False)

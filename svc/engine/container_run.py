@@ -173,7 +173,9 @@ class Runner:
                 nets.reserve(c.id, c.name, net, f"eth{i}", static,
                              list(cfg.get("Aliases") or []))
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
-            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address)
+            embedded_dns = bool(plan) and not plan[0][0].builtin
+            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address,
+                                                 embedded_dns)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
             with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
@@ -185,6 +187,10 @@ class Runner:
                 created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
             for i, (net, _) in enumerate(plan):
                 await nets.attach(c.id, created.pid, net, default_route=i == 0)
+            if embedded_dns:
+                assert self._nursery is not None
+                await nets.dns.start(c.id, created.pid, self._nursery,
+                                     list(c.host_config.get("Dns") or []))
             published = ports.bindings(c.host_config, c.config)
             if plan and published:
                 assert self._nursery is not None
@@ -212,8 +218,8 @@ class Runner:
             raise Conflict(f"cannot join network of a non running container: {other.id}")
         return f"/proc/{other.live.pid}/ns/net"
 
-    def _prepare(self, c: Container, joined_net: str | None,
-                 address: str | None) -> dict[str, Any]:
+    def _prepare(self, c: Container, joined_net: str | None, address: str | None,
+                 embedded_dns: bool = False) -> dict[str, Any]:
         """Blocking: user, working dir, /etc files and the OCI document."""
         cfg, hc = c.config, c.host_config
         user = resolve_user(c.rootfs, str(cfg.get("User") or ""), hc.get("GroupAdd"))
@@ -225,9 +231,14 @@ class Runner:
         domain = str(cfg.get("Domainname") or "")
         files.write(c.hostname_path, files.hostname_file(hostname))
         files.write(c.hosts_path, files.hosts_file(hostname, domain, address, extra, host_mode))
-        files.write(c.resolv_conf_path, files.resolv_conf(
-            list(hc.get("Dns") or []), list(hc.get("DnsSearch") or []),
-            list(hc.get("DnsOptions") or []), host_mode=host_mode))
+        if embedded_dns:  # the daemon answers there, forwarding to the Dns servers
+            files.write(c.resolv_conf_path, files.embedded_resolv_conf(
+                list(hc.get("DnsSearch") or []), list(hc.get("DnsOptions") or [])))
+        else:
+            files.write(c.resolv_conf_path, files.resolv_conf(
+                list(hc.get("Dns") or []) or self.d.networks.dns.upstream,
+                list(hc.get("DnsSearch") or []), list(hc.get("DnsOptions") or []),
+                host_mode=host_mode))
         for m in c.mounts:
             src = Path(m["Source"])
             if m["Type"] == "bind" and not src.exists():  # dockerd makes a missing host dir

@@ -45,6 +45,7 @@ class EngineConfig:
     shutdown_timeout: float = 10.0
     bridge: str = "svc0"
     bip: str = "172.17.0.1/16"
+    dns: tuple[str, ...] = ()
 
 
 class Engine:
@@ -64,7 +65,8 @@ class Engine:
             config.root, self.events,
             save=lambda name, rec: self.save_record("volumes", name, rec),
             delete=self._delete_volume)
-        self.networks = NetworkService(self.events, config.bridge, config.bip)
+        self.networks = NetworkService(self.events, config.bridge, config.bip,
+                                       list(config.dns))
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
         deps = RunnerDeps(

@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from svc.engine.dns import EmbeddedDNS
 from svc.engine.events import EventBus
 from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
@@ -93,7 +94,8 @@ def check_bip(bip: str) -> tuple[str, int, str]:
 
 
 class NetworkService:
-    def __init__(self, events: EventBus, bridge_name: str, bip: str) -> None:
+    def __init__(self, events: EventBus, bridge_name: str, bip: str,
+                 dns: list[str] | None = None) -> None:
         if not 0 < len(bridge_name) <= br.IFNAME_MAX:
             raise InvalidParameter(f"invalid --bridge {bridge_name!r}: 1 to 15 characters")
         self.events = events
@@ -106,6 +108,21 @@ class NetworkService:
         self._ready = False
         self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
         self._lock = trio.Lock()
+        self.dns = EmbeddedDNS(self._lookup, list(dns or []))
+
+    def _lookup(self, cid: str, name: str) -> list[str] | None:
+        """Addresses, on the user networks ``cid`` is on, of the containers called ``name``
+        (their name, an alias or their short id)."""
+        found = []
+        for net, _ in self.of_container(cid):
+            if net.builtin:
+                continue
+            for other, info in net.endpoints.items():
+                names = {info.container.lstrip("/").lower(), other[:12],
+                         *(a.lower() for a in info.aliases)}
+                if info.attached and name in names:
+                    found.append(info.endpoint.address)
+        return found or None
 
     def open(self, records: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
         """Load the networks; returns records to save for built-in ones seen the first time."""
@@ -342,6 +359,7 @@ class NetworkService:
         """Stop the container's port proxy, delete its veth pairs (if still there) and free
         its addresses (on ``only``, or everywhere). Idempotent."""
         if only is None:
+            self.dns.stop(cid)
             proxied = self._proxies.pop(cid, None)
             if proxied is not None:
                 proxied[1].cancel()
