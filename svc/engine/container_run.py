@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from svc.engine import container_files as files
-from svc.engine import ports
+from svc.engine import links, ports
 from svc.engine.attach import OutputHub, output_chunks
 from svc.engine.container import Container, Live, now_ns
 from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
@@ -174,8 +174,9 @@ class Runner:
                              list(cfg.get("Aliases") or []))
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
+            link_hosts, link_env = self._links(c)
             spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address,
-                                                 embedded_dns)
+                                                 embedded_dns, link_hosts, link_env)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
             with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
@@ -218,15 +219,35 @@ class Runner:
             raise Conflict(f"cannot join network of a non running container: {other.id}")
         return f"/proc/{other.live.pid}/ns/net"
 
+    def _links(self, c: Container) -> tuple[list[tuple[str, str]], list[str]]:
+        """/etc/hosts entries and variables of ``c``'s links; each linked container must run
+        on the default bridge (409 otherwise, with dockerd's words)."""
+        hosts: list[tuple[str, str]] = []
+        env: list[str] = []
+        for entry in c.host_config.get("Links") or []:
+            name, alias = links.parse_link(entry)
+            other = self.d.resolve(name)
+            found = [info for net, info in self.d.networks.of_container(other.id)
+                     if net.builtin and net.name == "bridge"]
+            if other.live is None or not found:
+                raise Conflict(f"Cannot link to a non running container: {other.name} AS "
+                               f"{c.name}/{alias}")
+            ip = found[0].endpoint.address
+            hosts.append(links.hosts_entry(alias, other.bare_name, other.id, ip))
+            env += links.environment(alias, c.name, list(other.config.get("Env") or []),
+                                     ports.exposed(other.host_config, other.config), ip)
+        return hosts, env
+
     def _prepare(self, c: Container, joined_net: str | None, address: str | None,
-                 embedded_dns: bool = False) -> dict[str, Any]:
+                 embedded_dns: bool = False, link_hosts: list[tuple[str, str]] | None = None,
+                 link_env: list[str] | None = None) -> dict[str, Any]:
         """Blocking: user, working dir, /etc files and the OCI document."""
         cfg, hc = c.config, c.host_config
         user = resolve_user(c.rootfs, str(cfg.get("User") or ""), hc.get("GroupAdd"))
         if cfg.get("WorkingDir"):
             mkdir_all(c.rootfs, str(cfg["WorkingDir"]))
         host_mode = hc.get("NetworkMode") == "host"
-        extra = files.check_extra_hosts(list(hc.get("ExtraHosts") or []))
+        extra = files.check_extra_hosts(list(hc.get("ExtraHosts") or [])) + list(link_hosts or [])
         hostname = str(cfg.get("Hostname") or c.short_id)
         domain = str(cfg.get("Domainname") or "")
         files.write(c.hostname_path, files.hostname_file(hostname))
@@ -243,7 +264,7 @@ class Runner:
             src = Path(m["Source"])
             if m["Type"] == "bind" and not src.exists():  # dockerd makes a missing host dir
                 src.mkdir(parents=True, mode=0o755)
-        return oci_spec(c, user, self.d.facts, self.cgroup_of(c), joined_net)
+        return oci_spec(c, user, self.d.facts, self.cgroup_of(c), joined_net, link_env)
 
     async def mount(self, c: Container) -> None:
         """Mount the overlay rootfs (image layers + the container's upper dir) if it is not."""

@@ -123,9 +123,9 @@ def _devices(hc: dict[str, Any]) -> tuple[list[Device], list[DeviceRule]]:
     return devices, rules
 
 
-def environment(c: Container) -> list[str]:
+def environment(c: Container, links: list[str] | None = None) -> list[str]:
     """The process environment: PATH (if neither image nor user set it), HOSTNAME, TERM for a
-    TTY, then the Config's Env (moby ``CreateDaemonEnvironment``)."""
+    TTY, the links' variables, then the Config's Env (moby ``CreateDaemonEnvironment``)."""
     env = list(c.config.get("Env") or [])
     keys = {e.split("=", 1)[0] for e in env}
     head = []
@@ -134,7 +134,7 @@ def environment(c: Container) -> list[str]:
     head.append(f"HOSTNAME={c.config.get('Hostname') or c.short_id}")
     if c.tty:
         head.append("TERM=xterm")
-    return head + env
+    return head + list(links or []) + env
 
 
 def namespace_modes(hc: dict[str, Any], joined_net: str | None) -> dict[str, str]:
@@ -160,13 +160,13 @@ def _binds(c: Container, readonly_root: bool) -> list[Mount]:
 
 
 def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,
-             joined_net: str | None) -> Spec:
+             joined_net: str | None, link_env: list[str] | None = None) -> Spec:
     hc = c.host_config
     cfg = c.config
     readonly = bool(hc.get("ReadonlyRootfs"))
     opts: list[SpecOpt] = [
         with_root(str(c.rootfs), readonly),
-        with_process([c.path, *c.args], environment(c), cfg.get("WorkingDir") or "/",
+        with_process([c.path, *c.args], environment(c, link_env), cfg.get("WorkingDir") or "/",
                      user.uid, user.gid, user.additional_gids, terminal=c.tty),
         with_namespaces(**namespace_modes(hc, joined_net)),
         with_cgroups_path(cgroup_path),

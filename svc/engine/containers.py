@@ -46,6 +46,7 @@ from svc.engine.container_state import State, require
 from svc.engine.container_stats import StatsService
 from svc.engine.exec import ExecService
 from svc.engine.images import Image
+from svc.engine.links import parse_link
 from svc.engine.ports import bindings as port_bindings
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
@@ -239,6 +240,15 @@ class ContainerService:
         if hc.NetworkMode.startswith("container:"):
             self.resolve(hc.NetworkMode.partition(":")[2])
         net_config = self._net_config(hc.NetworkMode, body)
+        for entry in hc.Links or []:
+            target, _ = parse_link(entry)
+            try:
+                self.resolve(target)
+            except NotFound:
+                raise NotFound(f"Could not get container for {target}") from None
+            if hc.NetworkMode not in ("", "default", "bridge"):
+                raise InvalidParameter("links are supported on the default bridge network "
+                                       "only; on a user network, use names and aliases")
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
         port_bindings(host_config_record(hc), config)  # 400s before anything is made

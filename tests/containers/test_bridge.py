@@ -126,3 +126,25 @@ def test_cli_network_ls_and_inspect(cdaemon: Daemon, host: str) -> None:
     r = docker_cli(host, "run", "--rm", "busybox", "sh", "-c", "ip -4 -o addr show eth0")
     assert r.returncode == 0 and str(ipaddress.IPv4Interface(cdaemon.bip).network)[:-5] in \
         r.stdout
+
+
+async def test_links_on_the_default_bridge(api: httpx.AsyncClient) -> None:
+    db = await started(api, ["sleep", "30"], name="linkdb", Env=["SECRET=s3"],
+                       ExposedPorts={"5432/tcp": {}})
+    db_ip = (await inspect(api, db))["NetworkSettings"]["IPAddress"]
+    cid, code = await run(api, ["sh", "-c", "grep linkdb /etc/hosts; env | sort | grep ^DB_"],
+                          name="linkweb", HostConfig={"Links": ["linkdb:db"]})
+    out = (await output(api, cid)).splitlines()
+    assert code == 0 and out[0].split() == [db_ip, "db", db[:12], "linkdb"]
+    assert f"DB_PORT=tcp://{db_ip}:5432" in out and "DB_NAME=/linkweb/db" in out
+    assert f"DB_PORT_5432_TCP_ADDR={db_ip}" in out and "DB_ENV_SECRET=s3" in out
+    names = {tuple(c["Names"]) for c in (await api.get("/containers/json", params={
+        "all": "1"})).json()}
+    assert ("/linkdb", "/linkweb/db") in names
+    r = await api.post("/containers/create", json={"Image": "busybox", "Cmd": ["true"],
+                                                   "HostConfig": {"Links": ["nosuch:x"]}})
+    assert r.status_code == 404 and "Could not get container for nosuch" in r.text
+    await api.post(f"/containers/{db}/kill")
+    await api.post(f"/containers/{db}/wait")
+    r = await api.post(f"/containers/{cid}/start")
+    assert r.status_code == 409 and "Cannot link to a non running container" in r.text

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import trio
 
+from svc.network import bridge as br
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mounts_under
 from tests.conftest import http_client
@@ -94,6 +95,7 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
         mounted = {p for p in mounts_under(d.root) if p.name == "merged"}
         assert mounted == {d.root / "containers" / always / "fs" / "merged"}
         assert CgroupV1().children(d.cgroup_parent) == [f"{d.cgroup_parent}/{always}"]
+        assert br.links_on(d.bridge) == [f"s0{always[:12]}h"]  # the killed ones' veths died
         assert (await c.post(f"/containers/{always}/stop", params={"t": "0"})).status_code \
             == 204
         assert _runc_ids(d) == set()

@@ -130,6 +130,20 @@ async def test_static_address_and_live_connect(api: httpx.AsyncClient) -> None:
                 if x.startswith("s1")]
 
 
+async def test_an_exhausted_pool_is_a_409(api: httpx.AsyncClient) -> None:
+    sub = ipaddress.IPv4Network(subnet())
+    tiny = str(next(sub.subnets(new_prefix=30)))  # the gateway and one container
+    await new_network(api, "tiny", IPAM={"Config": [{"Subnet": tiny}]})
+    await started(api, ["sleep", "30"], HostConfig={"NetworkMode": "tiny"})
+    cid = (await create(api, ["sleep", "30"], HostConfig={"NetworkMode": "tiny"}))["Id"]
+    r = await api.post(f"/containers/{cid}/start")
+    assert r.status_code == 409 and "no available IPv4 addresses" in r.text
+    assert (await inspect(api, cid))["State"]["Running"] is False
+    for item in (await api.get("/containers/json", params={"all": "1"})).json():
+        await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
+    assert (await api.delete("/networks/tiny")).status_code == 204
+
+
 async def test_internal_network_rules(api: httpx.AsyncClient) -> None:
     net = await new_network(api, "inner", Internal=True, IPAM={"Config": [{"Subnet": subnet()}]})
     bridge = f"br-{net['Id'][:12]}"  # type: ignore[index]

@@ -24,6 +24,7 @@ from svc.engine.container_fs import path_stat_header
 from svc.engine.container_list import FILTERS, select
 from svc.engine.container_logs import follows, log_stream, read_log
 from svc.engine.containers import ContainerService
+from svc.engine.links import link_names
 from svc.errors import InvalidParameter
 from svc.models.containers import (
     ChangeEntry,
@@ -76,10 +77,11 @@ async def list_containers() -> Response:
                    filters=qfilters(FILTERS))
     version = api_version()
     size = qbool("size")
+    aliases = link_names(list(svc.all()))
     out = []
     for c in found:
         sizes = await svc.sizes(c) if size else None
-        out.append(shapes.summary(c, [c.name], version, sizes))
+        out.append(shapes.summary(c, [c.name, *aliases.get(c.id, [])], version, sizes))
     return json_response(out)
 
 

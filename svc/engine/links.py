@@ -1,0 +1,60 @@
+"""Legacy links on the default bridge (``--link name:alias``): the linked container's address
+in /etc/hosts and dockerd's environment variables, and the extra names a linked container is
+listed under (``/linker/alias``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from svc.errors import InvalidParameter
+
+
+def parse_link(entry: str) -> tuple[str, str]:
+    """``name[:alias]`` -> (name, alias)."""
+    name, _, alias = entry.partition(":")
+    name, alias = name.lstrip("/"), (alias or name).lstrip("/")
+    if not name or not alias or "/" in alias:
+        raise InvalidParameter(f"invalid link {entry!r}: use <container>[:<alias>]")
+    return name, alias
+
+
+def hosts_entry(alias: str, name: str, cid: str, ip: str) -> tuple[str, str]:
+    """The /etc/hosts line (names, address) for a link, as an ExtraHosts entry."""
+    names = [alias, cid[:12]] + ([name] if name != alias else [])
+    return " ".join(names), ip
+
+
+def environment(alias: str, linker: str, linked_env: list[str], ports: list[tuple[int, str]],
+                ip: str) -> list[str]:
+    """dockerd's link variables: ``ALIAS_NAME``, ``ALIAS_PORT...`` for each exposed port (the
+    lowest as ``ALIAS_PORT``), and ``ALIAS_ENV_X`` for the linked container's Env."""
+    prefix = alias.upper().replace("-", "_")
+    env = [f"{prefix}_NAME=/{linker.lstrip('/')}/{alias}"]
+    for i, (port, proto) in enumerate(sorted(ports)):
+        url = f"{proto}://{ip}:{port}"
+        if i == 0:
+            env.append(f"{prefix}_PORT={url}")
+        key = f"{prefix}_PORT_{port}_{proto.upper()}"
+        env += [f"{key}={url}", f"{key}_ADDR={ip}", f"{key}_PORT={port}",
+                f"{key}_PROTO={proto}"]
+    for item in linked_env:
+        key, sep, value = item.partition("=")
+        if sep and key not in ("HOME", "PATH"):
+            env.append(f"{prefix}_ENV_{key}={value}")
+    return env
+
+
+def link_names(containers: list[Any]) -> dict[str, list[str]]:
+    """Container id -> the ``/linker/alias`` names that links give it (for the list)."""
+    by_name = {c.name.lstrip("/"): c.id for c in containers}
+    out: dict[str, list[str]] = {}
+    for c in containers:
+        for entry in c.host_config.get("Links") or []:
+            try:
+                name, alias = parse_link(entry)
+            except InvalidParameter:
+                continue
+            target = by_name.get(name)
+            if target is not None:
+                out.setdefault(target, []).append(f"{c.name}/{alias}")
+    return out
