@@ -77,7 +77,9 @@ def network_settings(c: Container) -> NetworkSettingsBody:
             ep = info.endpoint
             es = es.model_copy(update={
                 "Gateway": ep.gateway, "IPAddress": ep.address, "IPPrefixLen": ep.prefixlen,
-                "MacAddress": ep.mac, "EndpointID": info.endpoint_id})
+                "MacAddress": ep.mac, "EndpointID": info.endpoint_id,
+                "GlobalIPv6Address": ep.address6, "GlobalIPv6PrefixLen": ep.prefixlen6,
+                "IPv6Gateway": ep.gateway6})
             if net.name == "bridge" and net.builtin:
                 body = body.model_copy(update={
                     "Bridge": net.bridge, "SandboxID": c.id, "Gateway": ep.gateway,

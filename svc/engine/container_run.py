@@ -169,9 +169,10 @@ class Runner:
             nets = self.d.networks
             plan = nets.plan(str(c.host_config.get("NetworkMode") or "default"), c.net_config)
             for i, (net, cfg) in enumerate(plan):
-                static = str((cfg.get("IPAMConfig") or {}).get("IPv4Address") or "")
-                nets.reserve(c.id, c.name, net, f"eth{i}", static,
-                             list(cfg.get("Aliases") or []))
+                ipam = cfg.get("IPAMConfig") or {}
+                nets.reserve(c.id, c.name, net, f"eth{i}", str(ipam.get("IPv4Address") or ""),
+                             list(cfg.get("Aliases") or []),
+                             str(ipam.get("IPv6Address") or ""))
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
             link_hosts, link_env = self._links(c)

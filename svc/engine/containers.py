@@ -548,9 +548,11 @@ class ContainerService:
                                f"{net.name}")
             config = _endpoint_config(cfg)
             if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-                static = str((config.get("IPAMConfig") or {}).get("IPv4Address") or "")
-                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id), static,
-                             list(config.get("Aliases") or []))
+                ipam = config.get("IPAMConfig") or {}
+                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
+                             str(ipam.get("IPv4Address") or ""),
+                             list(config.get("Aliases") or []),
+                             str(ipam.get("IPv6Address") or ""))
                 await nets.attach(c.id, c.live.pid, net, default_route=False)
             c.net_config[net.id] = config
             await self.deps.save(c)
@@ -740,13 +742,16 @@ def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """IPAMConfig (a valid IPv4Address) and Aliases of an endpoint config, checked."""
     out: dict[str, Any] = {}
     ipam = cfg.get("IPAMConfig") or {}
-    v4 = str(ipam.get("IPv4Address") or "")
-    if v4:
-        try:
+    v4, v6 = str(ipam.get("IPv4Address") or ""), str(ipam.get("IPv6Address") or "")
+    try:
+        if v4:
             ipaddress.IPv4Address(v4)
-        except ValueError:
-            raise InvalidParameter(f"invalid IPv4Address {v4!r}") from None
-        out["IPAMConfig"] = {"IPv4Address": v4}
+        if v6:
+            ipaddress.IPv6Address(v6)
+    except ValueError:
+        raise InvalidParameter(f"invalid IPv4Address {v4!r} or IPv6Address {v6!r}") from None
+    if v4 or v6:
+        out["IPAMConfig"] = {k: v for k, v in (("IPv4Address", v4), ("IPv6Address", v6)) if v}
     if cfg.get("Aliases"):
         out["Aliases"] = [str(a) for a in cfg["Aliases"]]
     return out

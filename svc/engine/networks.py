@@ -64,6 +64,8 @@ class Network:
     bridge: str = ""
     internal: bool = False
     builtin: bool = False
+    subnet6: str = ""  # with EnableIPv6
+    gateway6: str = ""
     options: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
@@ -72,11 +74,16 @@ class Network:
         return {"Name": self.name, "Id": self.id, "Driver": self.driver,
                 "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
                 "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
+                "Subnet6": self.subnet6, "Gateway6": self.gateway6,
                 "Options": self.options, "Labels": self.labels}
 
     @property
     def prefixlen(self) -> int:
         return ipaddress.IPv4Network(self.subnet).prefixlen
+
+    @property
+    def prefixlen6(self) -> int:
+        return ipaddress.IPv6Network(self.subnet6).prefixlen if self.subnet6 else 0
 
 
 def check_bip(bip: str) -> tuple[str, int, str]:
@@ -145,7 +152,8 @@ class NetworkService:
                 subnet=str(r.get("Subnet") or ""), gateway=str(r.get("Gateway") or ""),
                 ip_range=str(r.get("IPRange") or ""), bridge=str(r.get("Bridge") or ""),
                 internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
-                labels=dict(r.get("Labels") or {}))
+                labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
+                gateway6=str(r.get("Gateway6") or ""))
         return new
 
     @property
@@ -167,7 +175,8 @@ class NetworkService:
 
     def _setup(self) -> None:
         for net in self._bridges():
-            br.ensure_bridge(net.bridge, net.gateway, net.prefixlen)
+            br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
+                             net.prefixlen6)
             br.ensure_rules(self._rules(net))
         br.ensure_rules(self._isolation())
         self._forwarding_turned_on = br.enable_forwarding()
@@ -217,7 +226,8 @@ class NetworkService:
     async def create(self, name: str, *, driver: str = "", subnet: str = "", ip_range: str = "",
                      gateway: str = "", internal: bool = False,
                      options: dict[str, str] | None = None,
-                     labels: dict[str, str] | None = None) -> Network:
+                     labels: dict[str, str] | None = None, subnet6: str = "",
+                     gateway6: str = "") -> Network:
         """A user bridge network; nothing is left if any step fails."""
         if not name:
             raise InvalidParameter("Name is required: the network's name")
@@ -228,10 +238,13 @@ class NetworkService:
                 raise Conflict(f"network with name {name} already exists")
             taken = await trio.to_thread.run_sync(self._subnets_in_use)
             net_subnet, net_gateway, net_range = _plan_ipam(subnet, ip_range, gateway, taken)
+            v6 = _plan_ipam6(subnet6, gateway6, [ipaddress.IPv6Network(n.subnet6) for n in
+                                                 self.networks.values() if n.subnet6])
             nid = secrets.token_hex(32)
             net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
                           ip_range=net_range, bridge=f"br-{nid[:12]}", internal=internal,
-                          options=dict(options or {}), labels=dict(labels or {}))
+                          options=dict(options or {}), labels=dict(labels or {}),
+                          subnet6=v6[0], gateway6=v6[1])
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(self._make_bridge, net)
@@ -248,7 +261,7 @@ class NetworkService:
         return nets + br.host_subnets()
 
     def _make_bridge(self, net: Network) -> None:
-        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen)
+        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6)
         br.ensure_rules(self._rules(net))
         br.ensure_rules(self._isolation([*self._bridges(), net]))
 
@@ -294,7 +307,7 @@ class NetworkService:
         return next(f"eth{i}" for i in range(100) if f"eth{i}" not in used)
 
     def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
-                aliases: list[str] | None = None) -> EndpointInfo:
+                aliases: list[str] | None = None, static6: str = "") -> EndpointInfo:
         """An address for container ``cid`` on ``net`` (freed by ``release``)."""
         if cid in net.endpoints:
             return net.endpoints[cid]
@@ -309,9 +322,11 @@ class NetworkService:
                                        f"network {net.name}")
             if static in taken:
                 raise Conflict(f"Address already in use: {static} on network {net.name}")
+        address6 = _address6(net, static6) if net.subnet6 else ""
         ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
                          prefixlen=net.prefixlen, gateway=net.gateway,
-                         mac=br.mac_for(address), ifname=ifname)
+                         mac=br.mac_for(address), ifname=ifname, address6=address6,
+                         prefixlen6=net.prefixlen6, gateway6=net.gateway6 if address6 else "")
         info = EndpointInfo(container=name, endpoint_id=secrets.token_hex(32), endpoint=ep,
                             aliases=list(aliases or []))
         net.endpoints[cid] = info
@@ -376,6 +391,49 @@ class NetworkService:
             if info.attached:
                 self.events.publish("network", "disconnect", net.id,
                                     {"container": cid, "name": net.name, "type": net.driver})
+
+
+def _address6(net: Network, static: str) -> str:
+    """The container's IPv6 address on ``net``: ``static``, checked, or the lowest free."""
+    subnet = ipaddress.IPv6Network(net.subnet6)
+    taken = {e.endpoint.address6 for e in net.endpoints.values()} | {net.gateway6}
+    if static:
+        try:
+            ip = ipaddress.IPv6Address(static)
+        except ValueError:
+            raise InvalidParameter(f"invalid IPv6Address {static!r}") from None
+        if ip not in subnet:
+            raise InvalidParameter(f"invalid address {static}: not in {subnet} of network "
+                                   f"{net.name}")
+        if str(ip) in taken:
+            raise Conflict(f"Address already in use: {static} on network {net.name}")
+        return str(ip)
+    for i, host in enumerate(subnet.hosts()):
+        if str(host) not in taken:
+            return str(host)
+        if i > 65536:
+            break
+    raise Conflict(f"no available IPv6 addresses on network {net.name} ({subnet})")
+
+
+def _plan_ipam6(subnet: str, gateway: str,
+                taken: list[ipaddress.IPv6Network]) -> tuple[str, str]:
+    """(subnet, gateway) of a new network's IPv6 side ("" when it has none), checked."""
+    if not subnet:
+        return "", ""
+    try:
+        net = ipaddress.IPv6Network(subnet, strict=False)
+        gw = ipaddress.IPv6Address(gateway) if gateway else next(net.hosts())
+    except (ValueError, StopIteration):
+        raise InvalidParameter(f"invalid IPv6 subnet {subnet!r} or gateway {gateway!r}") \
+            from None
+    if net.prefixlen > 126 or gw not in net:
+        raise InvalidParameter(f"invalid IPv6 subnet {net} (at most /126) or gateway {gw}")
+    for other in taken:
+        if net.overlaps(other):
+            raise Conflict(f"Pool overlaps with other one on this address space: {net} "
+                           f"overlaps {other}")
+    return str(net), str(gw)
 
 
 def _free_address(net: Network, taken: set[str]) -> str:

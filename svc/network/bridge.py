@@ -36,6 +36,9 @@ class Endpoint:
     gateway: str
     mac: str
     ifname: str = "eth0"  # its name in the container
+    address6: str = ""  # an IPv6 address too, on a network with EnableIPv6
+    prefixlen6: int = 0
+    gateway6: str = ""
 
 
 def mac_for(address: str) -> str:
@@ -44,8 +47,13 @@ def mac_for(address: str) -> str:
     return "02:42:" + ":".join(f"{b:02x}" for b in octets)
 
 
-def ensure_bridge(name: str, gateway: str, prefixlen: int) -> None:
-    """The bridge ``name`` with ``gateway/prefixlen`` on it, up; made if missing."""
+IFA_F_NODAD = 0x02  # an IPv6 address usable at once, without duplicate address detection
+
+
+def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
+                  prefixlen6: int = 0) -> None:
+    """The bridge ``name`` with ``gateway/prefixlen`` (and ``gateway6/prefixlen6``) on it,
+    up; made if missing."""
     try:
         with IPRoute() as ip:
             found = ip.link_lookup(ifname=name)
@@ -57,6 +65,12 @@ def ensure_bridge(name: str, gateway: str, prefixlen: int) -> None:
                     for a in ip.get_addr(index=idx, family=2)}
             if (gateway, prefixlen) not in have:
                 ip.addr("add", index=idx, address=gateway, prefixlen=prefixlen)
+            if gateway6:
+                have6 = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+                         for a in ip.get_addr(index=idx, family=10)}
+                if (gateway6, prefixlen6) not in have6:
+                    ip.addr("add", index=idx, address=gateway6, prefixlen=prefixlen6,
+                            family=10, flags=IFA_F_NODAD)
             ip.link("set", index=idx, state="up")
     except NetlinkError as exc:
         raise NetworkError(f"setting up the bridge {name} ({gateway}/{prefixlen}) failed: "
@@ -91,11 +105,16 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
             idx = ns.link_lookup(ifname=peer)[0]
             ns.link("set", index=idx, ifname=ep.ifname, address=ep.mac)
             ns.addr("add", index=idx, address=ep.address, prefixlen=ep.prefixlen)
+            if ep.address6:
+                ns.addr("add", index=idx, address=ep.address6, prefixlen=ep.prefixlen6,
+                        family=10, flags=IFA_F_NODAD)
             ns.link("set", index=idx, state="up")
             for lo in ns.link_lookup(ifname="lo"):
                 ns.link("set", index=lo, state="up")
             if default_route:
                 ns.route("add", dst="default", gateway=ep.gateway)
+                if ep.gateway6:
+                    ns.route("add", dst="::/0", gateway=ep.gateway6, family=10)
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
         raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import random
 import time
 
 import httpx
@@ -142,6 +143,34 @@ async def test_an_exhausted_pool_is_a_409(api: httpx.AsyncClient) -> None:
     for item in (await api.get("/containers/json", params={"all": "1"})).json():
         await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
     assert (await api.delete("/networks/tiny")).status_code == 204
+
+
+async def test_ipv6_network(api: httpx.AsyncClient) -> None:
+    prefix = f"fd{random.randint(0, 255):02x}:{random.randint(0, 65535):x}:1::"
+    r = await api.post("/networks/create", json={"Name": "six", "EnableIPv6": True})
+    assert r.status_code == 400 and "needs an IPv6 subnet" in r.text
+    net = await new_network(api, "six", EnableIPv6=True, IPAM={"Config": [
+        {"Subnet": subnet()}, {"Subnet": f"{prefix}/64"}]})
+    assert net["EnableIPv6"] is True
+    assert net["IPAM"]["Config"][1] == {"Subnet": f"{prefix}/64", "IPRange": "",  # type: ignore[index]
+                                        "Gateway": f"{prefix}1"}
+    fixed = f"{prefix}42"
+    server = await started(api, ["sleep", "30"], HostConfig={"NetworkMode": "six"},
+                           NetworkingConfig={"EndpointsConfig": {"six": {
+                               "IPAMConfig": {"IPv6Address": fixed}}}})
+    es = (await inspect(api, server))["NetworkSettings"]["Networks"]["six"]
+    assert (es["GlobalIPv6Address"], es["GlobalIPv6PrefixLen"], es["IPv6Gateway"]) == \
+        (fixed, 64, f"{prefix}1")
+    cid, code = await run(api, ["sh", "-c", f"ip -6 -o addr show eth0 scope global; "
+                                            f"ping -6 -c 1 -W 2 {fixed} >/dev/null && echo ok"],
+                          HostConfig={"NetworkMode": "six"})
+    out = await output(api, cid)
+    assert code == 0 and f"inet6 {prefix}2/64" in out and "ok" in out, out
+    inspected = (await api.get("/networks/six")).json()
+    assert inspected["Containers"][server]["IPv6Address"] == f"{fixed}/64"
+    for item in (await api.get("/containers/json", params={"all": "1"})).json():
+        await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
+    assert (await api.delete("/networks/six")).status_code == 204
 
 
 async def test_internal_network_rules(api: httpx.AsyncClient) -> None:

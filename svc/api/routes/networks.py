@@ -34,6 +34,8 @@ def networks() -> NetworkService:
 def shape(n: Network) -> dict[str, Any]:
     config = [IPAMConfigEntry(Subnet=n.subnet, IPRange=n.ip_range, Gateway=n.gateway)] \
         if n.subnet else []
+    if n.subnet6:
+        config.append(IPAMConfigEntry(Subnet=n.subnet6, Gateway=n.gateway6))
     options = dict(n.options)
     if n.builtin and n.bridge:
         options.update({"com.docker.network.bridge.name": n.bridge,
@@ -41,10 +43,12 @@ def shape(n: Network) -> dict[str, Any]:
     containers = {cid: NetworkContainer(
         Name=info.container.lstrip("/"), EndpointID=info.endpoint_id,
         MacAddress=info.endpoint.mac,
-        IPv4Address=f"{info.endpoint.address}/{info.endpoint.prefixlen}")
+        IPv4Address=f"{info.endpoint.address}/{info.endpoint.prefixlen}",
+        IPv6Address=f"{info.endpoint.address6}/{info.endpoint.prefixlen6}"
+        if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
     body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver, IPAM=IPAMBody(Config=config),
-                       Internal=n.internal, Containers=containers,
+                       Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options).model_dump()
     if api_version() < (1, 23):
         for key in ("EnableIPv6", "Internal"):
@@ -80,18 +84,25 @@ async def inspect(ref: str) -> Response:
 async def create() -> Response:
     body = await json_body(NetworkCreateBody)
     assert body is not None
-    if body.EnableIPv6:
-        raise InvalidParameter("EnableIPv6: IPv6 networks are not supported by svc")
     entries = (body.IPAM.Config or []) if body.IPAM else []
-    if len(entries) > 1 or any(":" in e.Subnet for e in entries):
-        raise InvalidParameter("IPAM Config: svc takes one IPv4 subnet per network")
+    v4 = [e for e in entries if ":" not in e.Subnet]
+    v6 = [e for e in entries if ":" in e.Subnet]
+    if len(v4) > 1 or len(v6) > 1:
+        raise InvalidParameter("IPAM Config: one IPv4 and one IPv6 subnet per network")
+    if v6 and not body.EnableIPv6:
+        raise InvalidParameter("IPAM Config has an IPv6 subnet: set EnableIPv6")
+    if body.EnableIPv6 and not v6:
+        raise InvalidParameter("EnableIPv6 needs an IPv6 subnet in IPAM Config "
+                               "(e.g. fd00:1::/64)")
     if body.IPAM and body.IPAM.Driver not in ("", "default"):
         raise NotFound(f"plugin not found: IPAM driver {body.IPAM.Driver!r}")
-    e = entries[0] if entries else IPAMConfigEntry()
+    e = v4[0] if v4 else IPAMConfigEntry()
+    e6 = v6[0] if v6 else IPAMConfigEntry()
     net = await networks().create(body.Name, driver=body.Driver, subnet=e.Subnet,
                                   ip_range=e.IPRange, gateway=e.Gateway,
                                   internal=body.Internal, options=body.Options,
-                                  labels=body.Labels)
+                                  labels=body.Labels, subnet6=e6.Subnet,
+                                  gateway6=e6.Gateway)
     return json_response(NetworkCreateResponse(Id=net.id), status=201)
 
 
