@@ -114,6 +114,7 @@ class NetworkService:
         self._forwarding_turned_on = False
         self._ready = False
         self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
+        self._proxy_nets: dict[str, tuple[Network, EndpointInfo]] = {}
         self._lock = trio.Lock()
         self.dns = EmbeddedDNS(self._lookup, list(dns or []))
 
@@ -174,6 +175,10 @@ class NetworkService:
         self._ready = True
 
     def _setup(self) -> None:
+        stale = br.remove_stale_dnat([n.bridge for n in self._bridges()],
+                                     [n.subnet for n in self._bridges()])
+        if stale:
+            log.info("removed %d published-port rules left by a crash", stale)
         for net in self._bridges():
             br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
                              net.prefixlen6)
@@ -356,8 +361,17 @@ class NetworkService:
         except PortInUse as exc:
             raise Conflict(f"driver failed programming external connectivity on endpoint "
                            f"{info.container.lstrip('/')}: {exc}") from None
+        if ":" not in info.endpoint.address and not net.internal:
+            rules = self._dnat(net, info, proxy)
+            try:
+                await trio.to_thread.run_sync(br.ensure_rules, rules)
+            except br.NetworkError as exc:
+                proxy.close()
+                await trio.to_thread.run_sync(br.remove_rules, rules)
+                raise SystemError_(str(exc)) from exc
         scope = trio.CancelScope()
         self._proxies[cid] = (proxy, scope)
+        self._proxy_nets[cid] = (net, info)
 
         async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                         ) -> None:
@@ -365,6 +379,12 @@ class NetworkService:
                 await proxy.serve(info.endpoint.address, task_status=task_status)
 
         await nursery.start(serve)
+
+    @staticmethod
+    def _dnat(net: Network, info: EndpointInfo, proxy: PortProxy) -> list[list[str]]:
+        return [rule for b in proxy.bindings if ":" not in b.host_ip
+                for rule in br.dnat_rules(net.bridge, b.proto, b.host_ip, b.host_port,
+                                          info.endpoint.address, b.port)]
 
     def published(self, cid: str) -> list[Binding] | None:
         found = self._proxies.get(cid)
@@ -378,6 +398,11 @@ class NetworkService:
             proxied = self._proxies.pop(cid, None)
             if proxied is not None:
                 proxied[1].cancel()
+                net_info = self._proxy_nets.pop(cid, None)
+                if net_info is not None:
+                    rules = self._dnat(net_info[0], net_info[1], proxied[0])
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(br.remove_rules, rules)
                 proxied[0].close()
         for net in [only] if only is not None else list(self.networks.values()):
             info = net.endpoints.pop(cid, None)

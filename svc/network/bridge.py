@@ -156,6 +156,60 @@ def nat_rules(bridge: str, subnet: str) -> list[list[str]]:
     ]
 
 
+def dnat_rules(bridge: str, proto: str, host_ip: str, host_port: int, ip: str,
+               port: int) -> list[list[str]]:
+    """dockerd's rules for a published port beside the userland proxy: traffic to the host
+    port from elsewhere (and from this host to a non-loopback address of its own) is DNATed
+    straight to the container, and accepted on its way into the bridge. Loopback traffic
+    goes through the proxy, so a port bound on a loopback address has no rules."""
+    if host_ip and ipaddress.ip_address(host_ip).is_loopback:
+        return []
+    anywhere = not host_ip or host_ip in ("0.0.0.0", "::")
+    dest = ["-m", "addrtype", "--dst-type", "LOCAL"] if anywhere else ["-d", host_ip]
+    local = ["!", "-d", "127.0.0.0/8"] if anywhere else []
+    to = ["-j", "DNAT", "--to-destination", f"{ip}:{port}"]
+    match = ["-p", proto, "--dport", str(host_port)]
+    return [
+        ["-t", "nat", "PREROUTING", *dest, "!", "-i", bridge, *match, *to],
+        ["-t", "nat", "OUTPUT", *dest, *local, *match, *to],
+        ["-t", "filter", "FORWARD", "-d", ip, "!", "-i", bridge, "-o", bridge, "-p", proto,
+         "--dport", str(port), "-j", "ACCEPT"],
+    ]
+
+
+def remove_stale_dnat(bridges: list[str], subnets: list[str]) -> int:
+    """Delete published-port rules left by a crash: DNATs and per-port ACCEPTs that name one
+    of ``bridges`` or send to an address of ``subnets``. Returns how many went."""
+    nets = [ipaddress.ip_network(n) for n in subnets if n]
+    removed = 0
+    for table, chain in (("nat", "PREROUTING"), ("nat", "OUTPUT"), ("filter", "FORWARD")):
+        listing = subprocess.run(["iptables", "-w", "-t", table, "-S", chain],
+                                 capture_output=True, text=True, check=False).stdout
+        for line in listing.splitlines():
+            words = line.split()
+            if words[:2] != ["-A", chain]:
+                continue
+            if chain == "FORWARD":
+                ours = "--dport" in words and "-d" in words and any(
+                    w in bridges for w in words) and words[-1] == "ACCEPT"
+            else:
+                target = words[words.index("--to-destination") + 1] \
+                    if "--to-destination" in words else ""
+                ours = "DNAT" in words and (any(w in bridges for w in words) or _in(
+                    target.rsplit(":", 1)[0], nets))
+            if ours and _iptables("-D", ["-t", table, chain, *words[2:]]).returncode == 0:
+                removed += 1
+    return removed
+
+
+def _in(address: str, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in n for n in nets)
+
+
 def internal_rules(bridge: str) -> list[list[str]]:
     """An internal network: nothing in or out but between its own containers."""
     return [

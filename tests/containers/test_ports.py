@@ -30,6 +30,11 @@ async def started(api: httpx.AsyncClient, cmd: list[str], **fields: object) -> s
     return cid
 
 
+async def nat_rules() -> str:
+    return (await trio.run_process(["iptables", "-w", "-t", "nat", "-S"],
+                                   capture_stdout=True)).stdout.decode()
+
+
 async def fetch(port: int) -> str:
     """GET / on 127.0.0.1:port, retried while the server in the container starts."""
     with trio.fail_after(20):
@@ -56,6 +61,8 @@ async def test_tcp_published_on_loopback(api: httpx.AsyncClient) -> None:
     assert sorted((p["IP"], p["PrivatePort"], p["PublicPort"], p["Type"])
                   for p in listed[0]["Ports"]) == sorted(
         [("127.0.0.1", 80, fixed, "tcp"), ("127.0.0.1", 80, random_port, "tcp")])
+    ip = (await inspect(api, cid))["NetworkSettings"]["IPAddress"]
+    assert f"--to-destination {ip}:80" not in await nat_rules()  # loopback: the proxy only
     assert (await api.post(f"/containers/{cid}/stop", params={"t": "0"})).status_code == 204
     with socket.socket() as s:  # released at the stop
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -101,6 +108,13 @@ async def test_publish_all(api: httpx.AsyncClient) -> None:
     assert ports["80/tcp"][0]["HostIp"] == "0.0.0.0"
     assert int(ports["5000/udp"][0]["HostPort"]) > 0
     assert await fetch(int(ports["80/tcp"][0]["HostPort"])) == "hello-port\n"
+    # on every address: DNAT rules beside the proxy for traffic from elsewhere, gone at stop
+    ip = (await inspect(api, cid))["NetworkSettings"]["IPAddress"]
+    port = ports["80/tcp"][0]["HostPort"]
+    nat = await nat_rules()
+    assert f"--dport {port} -j DNAT --to-destination {ip}:80" in nat
+    assert (await api.post(f"/containers/{cid}/stop", params={"t": "0"})).status_code == 204
+    assert f"--to-destination {ip}:" not in await nat_rules()
 
 
 async def test_cli_publish_and_port(cdaemon: Daemon, host: str) -> None:

@@ -188,6 +188,7 @@ def remove_bridge(name: str, bip: str, root: Path | None = None) -> None:
                 rec = json.loads(f.read_text())
                 if rec.get("Bridge") and not rec.get("Builtin"):
                     nets.append((str(rec["Bridge"]), str(rec.get("Subnet") or "")))
+    br.remove_stale_dnat([b for b, _ in nets], [n for _, n in nets])
     br.remove_rules(br.isolation_rules([b for b, _ in nets]))
     for bridge, subnet in nets:
         br.remove_rules(br.nat_rules(bridge, subnet) + br.internal_rules(bridge))
