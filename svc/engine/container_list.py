@@ -52,7 +52,8 @@ def _ancestors(images: ImageService, refs: list[str]) -> set[str]:
 def select(containers: Iterable[Container], images: ImageService,
            resolve: Callable[[str], Container],
            *, all_: bool, limit: int | None, since: str | None, before: str | None,
-           filters: Mapping[str, list[str]]) -> list[Container]:
+           filters: Mapping[str, list[str]],
+           networks_of: Callable[[Container], set[str]] | None = None) -> list[Container]:
     for status in filters.get("status", []):
         if status not in STATUSES:
             raise InvalidParameter(f"Unrecognised filter value for status: {status}")
@@ -101,7 +102,9 @@ def select(containers: Iterable[Container], images: ImageService,
             continue
         if "volume" in filters and not _has_volume(c, filters["volume"]):
             continue
-        if "network" in filters and _network(c) not in filters["network"]:
+        if "network" in filters and not (
+                (networks_of(c) if networks_of is not None else {_network(c)})
+                & set(filters["network"])):
             continue
         out.append(c)
         if limit and limit > 0 and len(out) >= limit:

@@ -576,18 +576,15 @@ class ContainerService:
             await self.deps.save(c)
             c.notify()
 
-    def network_users(self, net_id: str) -> list[str]:
-        """Containers (any state) that join network ``net_id`` when they start."""
-        out = []
-        for c in self.containers.values():
-            try:
-                plan = self.deps.networks.plan(str(c.host_config.get("NetworkMode") or
-                                                   "default"), c.net_config)
-            except SvcError:
-                continue
-            if any(n.id == net_id for n, _ in plan):
-                out.append(c.id)
-        return out
+    def network_names(self, c: Container) -> set[str]:
+        """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
+        mode = str(c.host_config.get("NetworkMode") or "default")
+        try:
+            plan = self.deps.networks.plan(mode, c.net_config)
+        except SvcError:
+            plan = []
+        out = {x for n, _ in plan for x in (n.name, n.id)}
+        return out | ({mode} if mode in ("host", "none") else set())
 
     # -- volumes ----------------------------------------------------------------------------
 

@@ -9,10 +9,11 @@ import random
 import time
 
 import httpx
+import pytest
 import trio
 
 from svc.network import bridge as br
-from tests.conftest import docker_cli
+from tests.conftest import docker_cli, run_sdk
 from tests.containers.conftest import create, inspect, output, run
 from tests.support.daemon import Daemon, _free_subnet
 
@@ -124,6 +125,9 @@ async def test_static_address_and_live_connect(api: httpx.AsyncClient) -> None:
     assert b"eth1" in r.content
     nets = (await inspect(api, other))["NetworkSettings"]["Networks"]
     assert set(nets) == {"bridge", "stat"} and nets["stat"]["IPAddress"]
+    listed = (await api.get("/containers/json", params={
+        "filters": json.dumps({"network": ["stat"]})})).json()
+    assert {x["Id"] for x in listed} == {cid, other}
     r = await api.post("/networks/stat/disconnect", json={"Container": other})
     assert r.status_code == 200, r.text
     assert set((await inspect(api, other))["NetworkSettings"]["Networks"]) == {"bridge"}
@@ -208,6 +212,32 @@ def test_cli_networks(cdaemon: Daemon, host: str) -> None:
     ok("network", "disconnect", "clinet", "joiner")
     ok("rm", "-f", "joiner")
     ok("network", "rm", "clinet")
+
+
+SDK_NETWORKS = """
+import json, sys, docker
+c = docker.APIClient(base_url=sys.argv[1], version="1.23") if hasattr(docker, "APIClient") \\
+    else docker.Client(base_url=sys.argv[1], version="1.23")
+ipam = {"Driver": "default", "Config": [{"Subnet": sys.argv[2]}]}
+net = c.create_network("sdknet", driver="bridge", ipam=ipam)
+ctr = c.create_container("busybox", ["sleep", "30"])
+c.start(ctr)
+c.connect_container_to_network(ctr, "sdknet")
+out = {"id": net["Id"], "inspect": c.inspect_network("sdknet"),
+       "names": [n["Name"] for n in c.networks()]}
+c.disconnect_container_from_network(ctr, "sdknet")
+c.remove_container(ctr, force=True)
+c.remove_network("sdknet")
+out["after"] = [n["Name"] for n in c.networks()]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("sdk", ["sdk7", "dockerpy1"])
+def test_sdk_networks(cdaemon: Daemon, sdk: str) -> None:
+    out = json.loads(run_sdk(sdk, SDK_NETWORKS, cdaemon.url, subnet()))
+    assert out["inspect"]["Id"] == out["id"] and len(out["inspect"]["Containers"]) == 1
+    assert "sdknet" in out["names"] and "sdknet" not in out["after"]
 
 
 async def test_user_networks_cleanup(api: httpx.AsyncClient) -> None:

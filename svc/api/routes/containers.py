@@ -74,7 +74,7 @@ async def list_containers() -> Response:
 
     found = select(svc.all(), engine_of().images, svc.resolve, all_=qbool("all"),
                    limit=qint("limit"), since=qstr("since"), before=qstr("before"),
-                   filters=qfilters(FILTERS))
+                   filters=qfilters(FILTERS), networks_of=svc.network_names)
     version = api_version()
     size = qbool("size")
     aliases = link_names(list(svc.all()))
