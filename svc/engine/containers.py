@@ -251,7 +251,8 @@ class ContainerService:
                                        "only; on a user network, use names and aliases")
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
-        port_bindings(host_config_record(hc), config)  # 400s before anything is made
+        hc_record = host_config_record(hc)
+        port_bindings(hc_record, config)  # 400s before anything is made
         async with self._names_lock:
             if name:
                 full = check_name(name)
@@ -260,8 +261,7 @@ class ContainerService:
             else:
                 full = self._new_name()
             c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
-                          config=config, host_config=host_config_record(hc),
-                          net_config=net_config,
+                          config=config, host_config=hc_record, net_config=net_config,
                           image_id=image.id, warnings=warnings, dir=self.dir / cid)
             self.names[full] = cid
             self.containers[cid] = c

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,8 +110,8 @@ class NetworkService:
         self.gateway, self.prefixlen, self.subnet = check_bip(bip)
         self.bridge_name = bridge_name
         self.networks: dict[str, Network] = {}
-        self.save: Any = None  # async (id, record) -> None, set by the engine
-        self.delete: Any = None  # async (id) -> None
+        self.save: Callable[[str, dict[str, Any]], Awaitable[None]] = _unset
+        self.delete: Callable[[str], Awaitable[object]] = _unset
         self._forwarding_turned_on = False
         self._ready = False
         self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
@@ -459,6 +460,10 @@ def _plan_ipam6(subnet: str, gateway: str,
             raise Conflict(f"Pool overlaps with other one on this address space: {net} "
                            f"overlaps {other}")
     return str(net), str(gw)
+
+
+async def _unset(*args: object) -> None:
+    raise RuntimeError("the network records are not wired to a store")
 
 
 def _free_address(net: Network, taken: set[str]) -> str:
