@@ -187,8 +187,9 @@ class Runner:
             else:
                 pipes = open_pipes(stdin=bool(c.config.get("OpenStdin")))
                 created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
-            for i, (net, _) in enumerate(plan):
-                await nets.attach(c.id, created.pid, net, default_route=i == 0)
+            for i, (net, _) in enumerate(plan):  # an internal network has no way out
+                await nets.attach(c.id, created.pid, net,
+                                  default_route=i == 0 and not net.internal)
             if embedded_dns:
                 assert self._nursery is not None
                 await nets.dns.start(c.id, created.pid, self._nursery,

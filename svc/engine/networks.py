@@ -8,9 +8,9 @@ interface uses). A container on a network gets, between ``runc create`` and ``ru
 address (static from its endpoint config, else the lowest free one in the network's IPRange or
 subnet; kept while it runs) and a veth pair whose container end is ``eth0``, ``eth1``... in its
 network namespace with dockerd's MAC (``02:42`` + the address); its first network gives the
-default route. The first address is reserved before /etc/hosts is written, so the file names
-it. At teardown the veth pairs are deleted and the addresses freed; a crash leaves nothing, as
-a namespace's veths die with it.
+default route (unless it is internal: no way out). The first address is reserved before
+/etc/hosts is written, so the file names it. At teardown the veth pairs are deleted and the
+addresses freed; a crash leaves nothing, as a namespace's veths die with it.
 
 iptables, as dockerd: each non-internal network masquerades its subnet's outbound traffic and
 is forwarded; an internal one is cut off from everything but itself; traffic between two of

@@ -187,6 +187,10 @@ async def test_internal_network_rules(api: httpx.AsyncClient) -> None:
                                   capture_stdout=True)).stdout.decode()
     assert bridge not in nat  # no masquerade: nothing leaves
     assert net["Internal"] is True
+    cid, code = await run(api, ["ip", "route"], HostConfig={"NetworkMode": "inner"})
+    routes = await output(api, cid)
+    assert code == 0 and "default" not in routes and "dev eth0" in routes  # no way out
+    await api.delete(f"/containers/{cid}")
     assert (await api.delete("/networks/inner")).status_code == 204
     fwd = (await trio.run_process(["iptables", "-w", "-S", "FORWARD"],
                                   capture_stdout=True)).stdout.decode()
