@@ -69,6 +69,7 @@ class Network:
     gateway6: str = ""
     options: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    ipam_options: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
 
     def record(self) -> dict[str, Any]:
@@ -76,6 +77,7 @@ class Network:
                 "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
                 "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
                 "Subnet6": self.subnet6, "Gateway6": self.gateway6,
+                "IPAMOptions": self.ipam_options,
                 "Options": self.options, "Labels": self.labels}
 
     @property
@@ -155,7 +157,8 @@ class NetworkService:
                 ip_range=str(r.get("IPRange") or ""), bridge=str(r.get("Bridge") or ""),
                 internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
                 labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
-                gateway6=str(r.get("Gateway6") or ""))
+                gateway6=str(r.get("Gateway6") or ""),
+                ipam_options=dict(r.get("IPAMOptions") or {}))
         return new
 
     @property
@@ -233,7 +236,8 @@ class NetworkService:
                      gateway: str = "", internal: bool = False,
                      options: dict[str, str] | None = None,
                      labels: dict[str, str] | None = None, subnet6: str = "",
-                     gateway6: str = "") -> Network:
+                     gateway6: str = "", ipam_options: dict[str, str] | None = None,
+                     ) -> Network:
         """A user bridge network; nothing is left if any step fails."""
         if not name:
             raise InvalidParameter("Name is required: the network's name")
@@ -250,7 +254,8 @@ class NetworkService:
             net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
                           ip_range=net_range, bridge=f"br-{nid[:12]}", internal=internal,
                           options=dict(options or {}), labels=dict(labels or {}),
-                          subnet6=v6[0], gateway6=v6[1])
+                          subnet6=v6[0], gateway6=v6[1],
+                          ipam_options=dict(ipam_options or {}))
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(self._make_bridge, net)

@@ -39,6 +39,7 @@ class NetworkBody(WireModel):
     Internal: bool = False  # returned from v1.23
     Containers: dict[str, NetworkContainer] = Field(default_factory=dict)
     Options: dict[str, str] = Field(default_factory=dict)
+    Labels: dict[str, str] | None = None  # v1.23
 
 
 class IPAMRequest(WireModel):

@@ -39,7 +39,10 @@ async def test_create_inspect_remove(api: httpx.AsyncClient) -> None:
     since = time.time()
     sub = subnet()
     net = await new_network(api, "n1", CheckDuplicate=True, Labels={"k": "v"},
-                            IPAM={"Config": [{"Subnet": sub}]})
+                            Options={"com.example.opt": "1"},
+                            IPAM={"Config": [{"Subnet": sub}], "Options": {"o": "x"}})
+    assert net["IPAM"]["Options"] == {"o": "x"}  # type: ignore[index]
+    assert net["Options"] == {"com.example.opt": "1"} and net["Labels"] == {"k": "v"}
     gw = str(next(ipaddress.IPv4Network(sub).hosts()))
     assert net["Driver"] == "bridge" and net["Scope"] == "local" and net["Internal"] is False
     assert net["IPAM"]["Config"] == [{"Subnet": sub, "IPRange": "", "Gateway": gw}]

@@ -47,11 +47,12 @@ def shape(n: Network) -> dict[str, Any]:
         IPv6Address=f"{info.endpoint.address6}/{info.endpoint.prefixlen6}"
         if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
-    body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver, IPAM=IPAMBody(Config=config),
+    body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver,
+                       IPAM=IPAMBody(Config=config, Options=n.ipam_options or None),
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
-                       Options=options).model_dump()
+                       Options=options, Labels=n.labels or None).model_dump()
     if api_version() < (1, 23):
-        for key in ("EnableIPv6", "Internal"):
+        for key in ("EnableIPv6", "Internal", "Labels"):
             body.pop(key)
         body["IPAM"].pop("Options")
     return body
@@ -102,7 +103,8 @@ async def create() -> Response:
                                   ip_range=e.IPRange, gateway=e.Gateway,
                                   internal=body.Internal, options=body.Options,
                                   labels=body.Labels, subnet6=e6.Subnet,
-                                  gateway6=e6.Gateway)
+                                  gateway6=e6.Gateway,
+                                  ipam_options=body.IPAM.Options if body.IPAM else None)
     return json_response(NetworkCreateResponse(Id=net.id), status=201)
 
 
