@@ -9,7 +9,6 @@ container's ``changed`` event, never on the process itself.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -34,16 +33,14 @@ from svc.engine.container_files import check_dns, check_extra_hosts
 from svc.engine.container_fs import ContainerFS
 from svc.engine.container_logs import log_stream
 from svc.engine.container_mounts import (
-    MountPoint,
     check_binds,
-    parse_volumes_from,
-    plan,
-    volume_options,
 )
+from svc.engine.container_networks import ContainerNetworking
 from svc.engine.container_run import Runner, RunnerDeps
 from svc.engine.container_spec import resources
 from svc.engine.container_state import State, require
 from svc.engine.container_stats import StatsService
+from svc.engine.container_volumes import ContainerVolumes
 from svc.engine.exec import ExecService
 from svc.engine.images import Image
 from svc.engine.links import parse_link
@@ -96,7 +93,7 @@ def _tree_size(root: Path) -> int:
     return total
 
 
-class ContainerService:
+class ContainerService(ContainerNetworking, ContainerVolumes):
     def __init__(self, root: Path, deps: RunnerDeps, knobs: Knobs | None) -> None:
         self.dir = root / "containers"
         self.deps = deps
@@ -509,132 +506,6 @@ class ContainerService:
         kept = {m["Name"] for m in c.mounts}
         await self._drop_anonymous(c, [m for m in before if m["Name"] not in kept])
 
-    # -- networks ---------------------------------------------------------------------------
-
-    def _net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
-        """The settings of the container's network (NetworkingConfig), by network id; a
-        custom NetworkMode must name an existing network (404)."""
-        nets = self.deps.networks
-        if mode in ("", "default", "bridge", "host", "none") or mode.startswith("container:"):
-            primary = nets.default_bridge if mode in ("", "default", "bridge") else None
-        else:
-            primary = nets.resolve(mode)
-        endpoints = (body.NetworkingConfig.EndpointsConfig or {}) if body.NetworkingConfig \
-            else {}
-        out: dict[str, dict[str, Any]] = {}
-        for ref, cfg in endpoints.items():
-            net = nets.default_bridge if ref == "default" else nets.resolve(ref)
-            if primary is None or net.id != primary.id:
-                raise InvalidParameter(f"NetworkingConfig names {ref}, which is not the "
-                                       "container's NetworkMode (connect it after the create)")
-            out[net.id] = _endpoint_config(cfg.model_dump(exclude_none=True))
-        return out
-
-    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
-        """Join network ``ref`` (live if running: a new ethN, no default route)."""
-        nets = self.deps.networks
-        net = nets.resolve(ref)
-        async with c.lock:
-            mode = str(c.host_config.get("NetworkMode") or "default")
-            if mode in ("host", "none") or mode.startswith("container:"):
-                raise InvalidParameter(f"container sharing network namespace with another "
-                                       f"container or with host or none cannot be connected "
-                                       f"to {net.name}")
-            if net.name in ("host", "none"):
-                raise InvalidParameter(f"container cannot be connected to the {net.name} "
-                                       "network")
-            if any(n.id == net.id for n, _ in nets.plan(mode, c.net_config)):
-                raise Conflict(f"container {c.short_id} is already connected to network "
-                               f"{net.name}")
-            config = _endpoint_config(cfg)
-            if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-                ipam = config.get("IPAMConfig") or {}
-                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
-                             str(ipam.get("IPv4Address") or ""),
-                             list(config.get("Aliases") or []),
-                             str(ipam.get("IPv6Address") or ""))
-                await nets.attach(c.id, c.live.pid, net, default_route=False)
-            c.net_config[net.id] = config
-            await self.deps.save(c)
-            c.notify()
-
-    async def disconnect(self, c: Container, ref: str) -> None:
-        """Leave network ``ref`` (live if running)."""
-        nets = self.deps.networks
-        net = nets.resolve(ref)
-        async with c.lock:
-            mode = str(c.host_config.get("NetworkMode") or "default")
-            planned = nets.plan(mode, c.net_config)
-            if not any(n.id == net.id for n, _ in planned):
-                raise InvalidParameter(f"container {c.short_id} is not connected to network "
-                                       f"{net.name}")
-            await nets.release(c.id, only=net)
-            if planned[0][0].id == net.id:
-                c.net_config[net.id] = {"Disconnected": True}
-            else:
-                c.net_config.pop(net.id, None)
-            await self.deps.save(c)
-            c.notify()
-
-    def network_names(self, c: Container) -> set[str]:
-        """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
-        mode = str(c.host_config.get("NetworkMode") or "default")
-        try:
-            plan = self.deps.networks.plan(mode, c.net_config)
-        except SvcError:
-            plan = []
-        out = {x for n, _ in plan for x in (n.name, n.id)}
-        return out | ({mode} if mode in ("host", "none") else set())
-
-    # -- volumes ----------------------------------------------------------------------------
-
-    def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
-        out = []
-        for entry in hc.VolumesFrom or []:
-            ref, mode = parse_volumes_from(entry)
-            out.append((self.resolve(ref).mounts, mode))
-        return out
-
-    async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
-                           volumes_from: list[tuple[list[MountPoint], str]],
-                           before: list[MountPoint]) -> list[MountPoint]:
-        """Plan the mount points and make the volumes they name (anonymous ones too; those
-        made before for the same destination are reused). Cancellation: a volume already made
-        stays (a dangling one, if the create fails)."""
-        vols = self.deps.volumes
-        points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
-                      lambda name: str(vols.path(name)))
-        reuse = {m["Destination"]: m for m in before if m.get("Anonymous")}
-        for m in (m for m in points if m["Type"] == "volume"):
-            if m["Name"]:
-                driver_opts, labels = volume_options(hc, m["Destination"])
-                await vols.create(m["Name"], driver=hc.VolumeDriver, options=driver_opts,
-                                  labels=labels)
-                continue
-            old = reuse.get(m["Destination"])
-            if old is not None and old["Name"] in vols.volumes:
-                m["Name"], m["Source"] = old["Name"], old["Source"]
-                continue
-            v = await vols.create(None, driver=hc.VolumeDriver, anonymous=True)
-            m["Name"], m["Source"] = v.name, str(v.mountpoint)
-        return points
-
-    async def _drop_anonymous(self, c: Container,
-                              mounts: list[MountPoint] | None = None) -> None:
-        """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
-        container refers to (``rm -v``)."""
-        for m in c.mounts if mounts is None else mounts:
-            if m.get("Anonymous") and m["Name"] in self.deps.volumes.volumes:
-                others = [r for r in self.volume_users(m["Name"]) if r != c.id]
-                if not others:
-                    with contextlib.suppress(SvcError):
-                        await self.deps.volumes.remove(m["Name"])
-
-    def volume_users(self, name: str) -> list[str]:
-        """The containers (any state) whose mount points name volume ``name``."""
-        return [c.id for c in self.containers.values()
-                if any(m.get("Name") == name for m in c.mounts)]
-
     async def update(self, c: Container, body: UpdateBody, *,
                      restart_policy: bool) -> list[str]:
         """Change resource limits (live, through the runtime, when running) and, from v1.23,
@@ -733,23 +604,3 @@ class ContainerService:
         paused = sum(1 for c in self.containers.values() if c.state.status is State.PAUSED)
         total = len(self.containers)
         return total, running, paused, total - running - paused
-
-
-def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """IPAMConfig (a valid IPv4Address) and Aliases of an endpoint config, checked."""
-    out: dict[str, Any] = {}
-    ipam = cfg.get("IPAMConfig") or {}
-    v4, v6 = str(ipam.get("IPv4Address") or ""), str(ipam.get("IPv6Address") or "")
-    try:
-        if v4:
-            ipaddress.IPv4Address(v4)
-        if v6:
-            ipaddress.IPv6Address(v6)
-    except ValueError:
-        raise InvalidParameter(f"invalid IPv4Address {v4!r} or IPv6Address {v6!r}") from None
-    if v4 or v6:
-        out["IPAMConfig"] = {k: v for k, v in (("IPv4Address", v4), ("IPv6Address", v6)) if v}
-    if cfg.get("Aliases"):
-        out["Aliases"] = [str(a) for a in cfg["Aliases"]]
-    return out
-

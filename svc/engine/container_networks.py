@@ -1,0 +1,115 @@
+"""A container's networks from the containers service's side: its settings per network at
+create (NetworkingConfig), live connect and disconnect, and which networks it joins (the
+list's ``network`` filter). The wiring itself is ``networks.NetworkService``'s."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from svc.engine.container import Container
+from svc.engine.container_run import RunnerDeps
+from svc.engine.container_state import State
+from svc.errors import Conflict, InvalidParameter, SvcError
+from svc.models.containers import CreateBody
+
+
+class ContainerNetworking:
+    """Mixed into ``ContainerService``: needs its ``deps`` and ``save`` path."""
+
+    deps: RunnerDeps
+
+    def _net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
+        """The settings of the container's network (NetworkingConfig), by network id; a
+        custom NetworkMode must name an existing network (404)."""
+        nets = self.deps.networks
+        if mode in ("", "default", "bridge", "host", "none") or mode.startswith("container:"):
+            primary = nets.default_bridge if mode in ("", "default", "bridge") else None
+        else:
+            primary = nets.resolve(mode)
+        endpoints = (body.NetworkingConfig.EndpointsConfig or {}) if body.NetworkingConfig \
+            else {}
+        out: dict[str, dict[str, Any]] = {}
+        for ref, cfg in endpoints.items():
+            net = nets.default_bridge if ref == "default" else nets.resolve(ref)
+            if primary is None or net.id != primary.id:
+                raise InvalidParameter(f"NetworkingConfig names {ref}, which is not the "
+                                       "container's NetworkMode (connect it after the create)")
+            out[net.id] = _endpoint_config(cfg.model_dump(exclude_none=True))
+        return out
+
+    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
+        """Join network ``ref`` (live if running: a new ethN, no default route)."""
+        nets = self.deps.networks
+        net = nets.resolve(ref)
+        async with c.lock:
+            mode = str(c.host_config.get("NetworkMode") or "default")
+            if mode in ("host", "none") or mode.startswith("container:"):
+                raise InvalidParameter(f"container sharing network namespace with another "
+                                       f"container or with host or none cannot be connected "
+                                       f"to {net.name}")
+            if net.name in ("host", "none"):
+                raise InvalidParameter(f"container cannot be connected to the {net.name} "
+                                       "network")
+            if any(n.id == net.id for n, _ in nets.plan(mode, c.net_config)):
+                raise Conflict(f"container {c.short_id} is already connected to network "
+                               f"{net.name}")
+            config = _endpoint_config(cfg)
+            if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
+                ipam = config.get("IPAMConfig") or {}
+                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
+                             str(ipam.get("IPv4Address") or ""),
+                             list(config.get("Aliases") or []),
+                             str(ipam.get("IPv6Address") or ""))
+                await nets.attach(c.id, c.live.pid, net, default_route=False)
+            c.net_config[net.id] = config
+            await self.deps.save(c)
+            c.notify()
+
+    async def disconnect(self, c: Container, ref: str) -> None:
+        """Leave network ``ref`` (live if running)."""
+        nets = self.deps.networks
+        net = nets.resolve(ref)
+        async with c.lock:
+            mode = str(c.host_config.get("NetworkMode") or "default")
+            planned = nets.plan(mode, c.net_config)
+            if not any(n.id == net.id for n, _ in planned):
+                raise InvalidParameter(f"container {c.short_id} is not connected to network "
+                                       f"{net.name}")
+            await nets.release(c.id, only=net)
+            if planned[0][0].id == net.id:
+                c.net_config[net.id] = {"Disconnected": True}
+            else:
+                c.net_config.pop(net.id, None)
+            await self.deps.save(c)
+            c.notify()
+
+    def network_names(self, c: Container) -> set[str]:
+        """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
+        mode = str(c.host_config.get("NetworkMode") or "default")
+        try:
+            plan = self.deps.networks.plan(mode, c.net_config)
+        except SvcError:
+            plan = []
+        out = {x for n, _ in plan for x in (n.name, n.id)}
+        return out | ({mode} if mode in ("host", "none") else set())
+
+
+
+def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """IPAMConfig (a valid IPv4Address) and Aliases of an endpoint config, checked."""
+    out: dict[str, Any] = {}
+    ipam = cfg.get("IPAMConfig") or {}
+    v4, v6 = str(ipam.get("IPv4Address") or ""), str(ipam.get("IPv6Address") or "")
+    try:
+        if v4:
+            ipaddress.IPv4Address(v4)
+        if v6:
+            ipaddress.IPv6Address(v6)
+    except ValueError:
+        raise InvalidParameter(f"invalid IPv4Address {v4!r} or IPv6Address {v6!r}") from None
+    if v4 or v6:
+        out["IPAMConfig"] = {k: v for k, v in (("IPv4Address", v4), ("IPv6Address", v6)) if v}
+    if cfg.get("Aliases"):
+        out["Aliases"] = [str(a) for a in cfg["Aliases"]]
+    return out

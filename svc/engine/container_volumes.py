@@ -1,0 +1,70 @@
+"""A container's volumes from the containers service's side: its mount points planned at
+create (and the volumes they name made), the containers that use a volume, and ``rm -v``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from svc.engine.container import Container
+from svc.engine.container_mounts import MountPoint, parse_volumes_from, plan, volume_options
+from svc.engine.container_run import RunnerDeps
+from svc.errors import SvcError
+from svc.models.containers import HostConfigBody
+
+
+class ContainerVolumes:
+    """Mixed into ``ContainerService``: needs its ``deps``, ``containers`` and ``resolve``."""
+
+    deps: RunnerDeps
+    containers: dict[str, Container]
+
+    def resolve(self, ref: str) -> Container:
+        raise NotImplementedError  # ContainerService's
+
+    def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
+        out = []
+        for entry in hc.VolumesFrom or []:
+            ref, mode = parse_volumes_from(entry)
+            out.append((self.resolve(ref).mounts, mode))
+        return out
+
+    async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
+                           volumes_from: list[tuple[list[MountPoint], str]],
+                           before: list[MountPoint]) -> list[MountPoint]:
+        """Plan the mount points and make the volumes they name (anonymous ones too; those
+        made before for the same destination are reused). Cancellation: a volume already made
+        stays (a dangling one, if the create fails)."""
+        vols = self.deps.volumes
+        points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
+                      lambda name: str(vols.path(name)))
+        reuse = {m["Destination"]: m for m in before if m.get("Anonymous")}
+        for m in (m for m in points if m["Type"] == "volume"):
+            if m["Name"]:
+                driver_opts, labels = volume_options(hc, m["Destination"])
+                await vols.create(m["Name"], driver=hc.VolumeDriver, options=driver_opts,
+                                  labels=labels)
+                continue
+            old = reuse.get(m["Destination"])
+            if old is not None and old["Name"] in vols.volumes:
+                m["Name"], m["Source"] = old["Name"], old["Source"]
+                continue
+            v = await vols.create(None, driver=hc.VolumeDriver, anonymous=True)
+            m["Name"], m["Source"] = v.name, str(v.mountpoint)
+        return points
+
+    async def _drop_anonymous(self, c: Container,
+                              mounts: list[MountPoint] | None = None) -> None:
+        """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
+        container refers to (``rm -v``)."""
+        for m in c.mounts if mounts is None else mounts:
+            if m.get("Anonymous") and m["Name"] in self.deps.volumes.volumes:
+                others = [r for r in self.volume_users(m["Name"]) if r != c.id]
+                if not others:
+                    with contextlib.suppress(SvcError):
+                        await self.deps.volumes.remove(m["Name"])
+
+    def volume_users(self, name: str) -> list[str]:
+        """The containers (any state) whose mount points name volume ``name``."""
+        return [c.id for c in self.containers.values()
+                if any(m.get("Name") == name for m in c.mounts)]
