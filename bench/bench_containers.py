@@ -145,8 +145,9 @@ def _runc_floor(workdir: Path) -> list[float]:
     return times
 
 
-def _cycle(c: Client) -> float:
-    body = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": "none"}}
+def _cycle(c: Client, mode: str = "none") -> float:
+    """create+start+wait+remove of a ``true`` container with NetworkMode ``mode``."""
+    body = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": mode}}
     t0 = time.perf_counter()
     status, raw = c.call("POST", "/v1.23/containers/create", body)
     _check(status, raw, 201, "create")

@@ -18,28 +18,13 @@ import statistics
 import time
 from typing import Any
 
-from bench.bench_containers import IMAGE, Client, _check, _import_busybox
+from bench.bench_containers import IMAGE, Client, _check, _cycle, _import_busybox
 from bench.context import Context
 from bench.harness import Figure, Outcome, Target
 
 CYCLES = 50
 NBYTES = 200_000_000
 MB = 1e6
-
-
-def _cycle(c: Client, mode: str) -> float:
-    body = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": mode}}
-    t0 = time.perf_counter()
-    status, raw = c.call("POST", "/v1.23/containers/create", body)
-    _check(status, raw, 201, "create")
-    cid = json.loads(raw)["Id"]
-    status, raw = c.call("POST", f"/v1.23/containers/{cid}/start")
-    _check(status, raw, 204, "start")
-    status, raw = c.call("POST", f"/v1.23/containers/{cid}/wait")
-    _check(status, raw, 200, "wait")
-    status, raw = c.call("DELETE", f"/v1.23/containers/{cid}")
-    _check(status, raw, 204, "remove")
-    return time.perf_counter() - t0
 
 
 def _serve_once(c: Client, publish: bool) -> tuple[str, dict[str, Any]]:

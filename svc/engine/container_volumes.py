@@ -14,19 +14,16 @@ from svc.models.containers import HostConfigBody
 
 
 class ContainerVolumes:
-    """Mixed into ``ContainerService``: needs its ``deps``, ``containers`` and ``resolve``."""
+    """Mixed into ``ContainerService``: needs its ``deps`` and ``containers``."""
 
     deps: RunnerDeps
     containers: dict[str, Container]
-
-    def resolve(self, ref: str) -> Container:
-        raise NotImplementedError  # ContainerService's
 
     def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
         out = []
         for entry in hc.VolumesFrom or []:
             ref, mode = parse_volumes_from(entry)
-            out.append((self.resolve(ref).mounts, mode))
+            out.append((self.deps.resolve(ref).mounts, mode))
         return out
 
     async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
