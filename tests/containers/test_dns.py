@@ -65,3 +65,27 @@ async def test_names_aliases_and_forwarding(api: httpx.AsyncClient) -> None:
     for item in (await api.get("/containers/json", params={"all": "1"})).json():
         await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
     assert (await api.delete("/networks/dnsnet")).status_code == 204
+
+
+async def test_daemon_dns_flag(spawn) -> None:  # type: ignore[no-untyped-def]
+    """``--dns``: the servers of default-bridge containers' resolv.conf (the embedded server's
+    upstream on user networks), unless a container sets its own."""
+    from tests.conftest import http_client
+    from tests.support import images as timg
+
+    d = spawn(["--dns", "10.1.2.3", "--dns", "10.1.2.4"])
+    async with http_client(d.sock) as c:
+        c.timeout = httpx.Timeout(60)
+        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                                   "tag": "latest"},
+                         content=timg.busybox_rootfs_tar())
+        assert r.status_code == 200
+        cid, _ = await run(c, ["cat", "/etc/resolv.conf"])
+        servers = [ln.split()[1] for ln in (await output(c, cid)).splitlines()
+                   if ln.startswith("nameserver")]
+        assert servers == ["10.1.2.3", "10.1.2.4"]
+        cid, _ = await run(c, ["cat", "/etc/resolv.conf"], HostConfig={"Dns": ["10.9.9.9"]})
+        assert "nameserver 10.9.9.9" in await output(c, cid)
+        assert "10.1.2.3" not in await output(c, cid)
+        for item in (await c.get("/containers/json", params={"all": "1"})).json():
+            await c.delete(f"/containers/{item['Id']}", params={"force": "1"})

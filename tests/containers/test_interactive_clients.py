@@ -108,7 +108,9 @@ def test_run_i_with_piped_stdin_and_stats(host: str) -> None:
     out = docker_cli(host, "stats", "--no-stream", "--format",
                      "{{.Name}} {{.CPUPerc}} {{.MemUsage}}", "spin")
     name, cpu, *_ = out.stdout.split()
-    assert name == "spin" and 50 < float(cpu.rstrip("%")) < 130, out.stdout
+    # --no-stream: one reading whose precpu is 25 ms older; /proc/stat counts in 10 ms ticks,
+    # so a single busy loop shows 100 % give or take a tick per CPU (seen: 137 %)
+    assert name == "spin" and 50 < float(cpu.rstrip("%")) < 160, out.stdout
 
 
 SDK7 = """
