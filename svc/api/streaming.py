@@ -23,7 +23,7 @@ import trio
 from quart.wrappers.response import ResponseBody
 
 from svc.api.hijack import RawStream
-from svc.engine.streams import FdWriter
+from svc.engine.streams import FdWriter, thread_iter
 
 log = logging.getLogger("svc.api.streaming")
 
@@ -117,7 +117,7 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
     fail, which ends the thread; ``chunks`` is closed either way."""
     fd = raw.dup_fd()
     if fd is None:
-        await send_chunks(raw, _in_thread(chunks))
+        await send_chunks(raw, thread_iter(chunks))
         return
     out = FdWriter(fd)
 
@@ -138,15 +138,3 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
         log.info("a streamed response stopped: %s", exc)  # EPIPE: the client went away
     finally:
         os.close(fd)
-
-
-async def _in_thread(it: Iterator[bytes]) -> AsyncIterator[bytes]:
-    done = object()
-    try:
-        while (chunk := await trio.to_thread.run_sync(next, it, done)) is not done:
-            assert isinstance(chunk, bytes)
-            yield chunk
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()

@@ -7,8 +7,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 from svc.engine.container import Container
-from svc.engine.log_chunks import raw_chunks, raw_follow, thread_iter
+from svc.engine.log_chunks import raw_chunks, raw_follow
 from svc.engine.log_tap import follow_output
+from svc.engine.streams import thread_iter
 from svc.storage.logfollow import follow as follow_records
 from svc.storage.logfollow import follow_framed
 from svc.storage.logreader import read_framed, read_logs

@@ -1,12 +1,10 @@
-"""Log records in the chunks the logs endpoint sends: raw bytes for a TTY (optionally stamped),
-and a blocking chunk source driven from a worker thread."""
+"""Log records in the chunks the logs endpoint sends: raw bytes for a TTY (optionally
+stamped)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
-
-import trio
 
 from svc.storage.jsonlog import format_time
 from svc.storage.logreader import LogRecord
@@ -37,20 +35,3 @@ async def raw_follow(records: AsyncIterator[LogRecord], timestamps: bool) -> Asy
     async with aclosing(records):  # type: ignore[type-var]
         async for rec in records:
             yield stamped(rec, timestamps)
-
-
-async def thread_iter(it: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """Drive a blocking iterator (file reads) in a worker thread, a chunk per hand-off; the
-    iterator is closed at the end, also when cancelled."""
-    done = object()
-    try:
-        while True:
-            chunk = await trio.to_thread.run_sync(next, it, done)
-            if chunk is done:
-                return
-            assert isinstance(chunk, bytes)
-            yield chunk
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()

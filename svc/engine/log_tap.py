@@ -30,7 +30,8 @@ from typing import Protocol
 
 import trio
 
-from svc.engine.log_chunks import raw_chunks, raw_follow, thread_iter
+from svc.engine.log_chunks import raw_chunks, raw_follow
+from svc.engine.streams import thread_iter
 from svc.storage.jsonlog import JsonLogWriter, LogFileRef, format_time, records_of
 from svc.storage.logfollow import follow_framed_from, follow_from
 from svc.storage.logreader import LogFiles, frame_parts, read_framed, read_logs, snapshot, span

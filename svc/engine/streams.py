@@ -4,7 +4,8 @@
 trio task fills ahead of the reader; ``ThreadWriter`` lets a thread write a file-like stream
 that the trio side consumes from a bounded channel (a response body), in chunks of about
 ``CHUNK`` bytes, so one thread hand-off carries a megabyte rather than a packet; ``FdWriter``
-writes straight to a taken-over connection.
+writes straight to a taken-over connection; ``thread_iter`` drives a blocking iterator of
+chunks from worker threads.
 
 Cancellation: the worker runs under ``trio.to_thread.run_sync`` from the host task. A cancelled
 request makes the thread's next read raise ``PumpAborted`` (``prefetching`` turns it back into
@@ -18,7 +19,7 @@ import os
 import select
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import trio
@@ -222,3 +223,20 @@ class FdWriter(io.RawIOBase):
                         trio.from_thread.check_cancelled()
         self.written += done
         return done
+
+
+async def thread_iter(it: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Drive a blocking iterator (file reads) in a worker thread, a chunk per hand-off; the
+    iterator is closed at the end, also when cancelled."""
+    done = object()
+    try:
+        while True:
+            chunk = await trio.to_thread.run_sync(next, it, done)
+            if chunk is done:
+                return
+            assert isinstance(chunk, bytes)
+            yield chunk
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
