@@ -8,7 +8,8 @@ skipped.
 The speed comes from the writer's fixed record shape: when every line of a block has it (no
 escapes but the final ``\\n``, nine-digit timestamps), the fields are sliced at fixed offsets by C
 code, and :func:`read_framed` turns a block into one bytes object of stdcopy frames without a
-Python-level step per record. Other blocks (escaped text, dockerd's own files, damage) go line
+Python-level step per record. When no times are needed and the block holds one stream, one
+regex split cuts the texts out directly (:func:`_plain`), at about twice that speed. Other blocks (escaped text, dockerd's own files, damage) go line
 by line through a regex and ``json.loads``.
 
 As in dockerd, ``tail`` counts lines of both streams before ``stdout``/``stderr`` filter them,
@@ -153,7 +154,45 @@ def _exact(block: bytes) -> tuple[list[bytes], list[bytes], list[int]] | None:
     return lines, texts, codes
 
 
+# A block of one stream's exact records, cut at what lies between two texts (escaped newline,
+# stream, 30-character time, the next record's start): the texts come out of one C-level split.
+_STREAM_NAMES = {b"stdout": STDOUT, b"stderr": STDERR}
+_BETWEEN = {code: re.compile(rb'\\n","stream":"' + name + rb'","time":".{30}"\}\n\{"log":"', re.S)
+            for name, code in _STREAM_NAMES.items()}
+_TAIL = {code: re.compile(rb'\\n","stream":"' + name + rb'","time":".{30}"\}\n\Z', re.S)
+         for name, code in _STREAM_NAMES.items()}
+
+
+def _plain(block: bytes) -> tuple[int, list[bytes]] | None:
+    """``(stream code, texts)`` if every record of ``block`` has the writer's exact shape,
+    all of one stream, and no text needed escaping; else None. Cheaper than :func:`_exact`
+    (no times are read): about half the cost per record.
+
+    The stream is the first record's; the split accepts only separators of that stream with
+    a 30-character time. A record it did not cut off (another stream, another time length,
+    damage) leaves a raw newline in a text, and an escape leaves a backslash or a quote;
+    the joined texts are searched for all three at memory speed.
+    """
+    at = block.find(b'","stream":"', 8)
+    code = _STREAM_NAMES.get(block[at + 12 : at + 18]) if at > 0 else None
+    if code is None or not block.startswith(b'{"log":"'):
+        return None
+    texts = _BETWEEN[code].split(block)
+    tail = _TAIL[code].search(texts[-1])
+    if tail is None:
+        return None
+    texts[-1] = texts[-1][: tail.start()]
+    texts[0] = texts[0][8:]
+    joined = b"".join(texts)
+    if b"\n" in joined or b'"' in joined or b"\\" in joined:
+        return None
+    return code, texts
+
+
 def _parse(block: bytes, *, times: bool, stamps: bool) -> _Block:
+    if not times and not stamps and (plain := _plain(block)) is not None:
+        code, texts = plain
+        return _Block([code] * len(texts), texts, True, None, None)
     try:
         exact = _exact(block)
         if exact is not None:

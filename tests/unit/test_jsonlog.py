@@ -426,6 +426,43 @@ def test_escapes_near_the_fixed_offsets_take_the_careful_path(tmp_path: Path) ->
     assert [d for _, d in unframe(list(read_framed(path, stdout=True, stderr=True)))] == want
 
 
+def test_one_stream_blocks_cut_by_one_split_match_the_careful_path() -> None:
+    """The one-split path (exact records of one stream) frames every block as the line-by-line
+    path does, and blocks it must not take (another stream, an escape, a partial line, a time
+    of another length, a torn line) go the careful way with the same result."""
+    from svc.storage import logreader
+
+    rng = random.Random(7)
+    odd = [
+        encode_record("stderr", b"err\n", T0),
+        encode_record("stdout", b'quote " and \\ backslash\n', T0),
+        encode_record("stdout", b"partial", T0),
+        b'{"log":"short time\\n","stream":"stdout","time":"2019-01-01T11:11:11.1Z"}\n',
+        b'{"log":"torn',
+    ]
+    for _ in range(300):
+        stream = rng.choice(["stdout", "stderr"])
+        block = [encode_record(stream, b"%d" % rng.randrange(10**rng.randrange(1, 30)) + b"\n",
+                               T0 + i) for i in range(rng.randrange(1, 40))]
+        plain = rng.random() < 0.5
+        if not plain:
+            block.insert(rng.randrange(len(block) + 1), rng.choice(odd))
+        data = b"".join(block)
+        data = data[: data.rfind(b"\n") + 1]
+        if not data:
+            continue
+        if plain:
+            assert logreader._plain(data) is not None, data
+        for want in (1, 2, 3):
+            fast = logreader._to_frames(want, 0, False, data)
+            careful = logreader._frames(logreader._select(
+                logreader._parse_slow(data, False), want, 0))
+            assert fast == careful, data
+    line = encode_record("stdout", b"plain\n", T0)
+    for record in odd[:4]:
+        assert logreader._plain(line + record + line) is None, record
+
+
 # -- framing -----------------------------------------------------------------------------------
 
 
