@@ -495,9 +495,9 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
             async for chunk in chunks:
                 if writer is not None:
                     ts = time.time_ns()
-                    writer.write(name, chunk, ts)
+                    made = writer.write(name, chunk, ts, records=bool(hub.taps))
                     if hub.taps:
-                        hub.logged(Tapped(code, chunk, ts, *writer.position()))
+                        hub.logged(Tapped(code, chunk, ts, *writer.position(), records=made))
                 await hub.publish(code, chunk)
     finally:
         if writer is not None:

@@ -32,7 +32,7 @@ import trio
 
 from svc.engine.log_chunks import raw_chunks, raw_follow
 from svc.engine.streams import thread_iter
-from svc.storage.jsonlog import JsonLogWriter, LogFileRef, format_time, records_of
+from svc.storage.jsonlog import JsonLogWriter, LogFileRef, Records, format_time, records_of
 from svc.storage.logfollow import follow_framed_from, follow_from
 from svc.storage.logreader import LogFiles, frame_parts, read_framed, read_logs, snapshot, span
 from svc.wire.stdcopy import STDERR, STDOUT
@@ -46,7 +46,8 @@ TAP_LIMIT = 16 << 20
 class Tapped:
     """What one log write did: ``data`` of stream ``code`` stamped ``ts`` (or, with ``flush``,
     that stream's unfinished line written as a partial record), after which the writer's
-    live file ``ref`` ends at ``end``."""
+    live file ``ref`` ends at ``end``. ``records`` are the writer's own cut of the write
+    (``JsonLogWriter.write(records=True)``), which spares each follower cutting it again."""
 
     code: int
     data: bytes
@@ -54,6 +55,7 @@ class Tapped:
     ref: LogFileRef
     end: int
     flush: bool = False
+    records: Records | None = None  # what the writer made of data, if it said
 
 
 class TapOwner(Protocol):
@@ -132,9 +134,12 @@ class _Cutter:
                     out += [self.pending[item.code], item.data]
                     self.pending[item.code] = b""
                     continue
-                data = self.pending[item.code] + item.data if self.pending[item.code] \
-                    else item.data
-                groups, self.pending[item.code] = records_of(data)
+                if item.records is not None:  # the writer's pending line was ours too
+                    groups, self.pending[item.code] = item.records
+                else:
+                    data = self.pending[item.code] + item.data if self.pending[item.code] \
+                        else item.data
+                    groups, self.pending[item.code] = records_of(data)
                 self._records(out, item.code, groups, item.ts)
         return b"".join(out)
 

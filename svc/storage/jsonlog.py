@@ -127,7 +127,10 @@ def _split_long(buf: bytes, end: bytes) -> list[bytes]:
     return out
 
 
-def records_of(data: bytes) -> tuple[list[tuple[list[bytes], bool]], bytes]:
+Records = tuple[list[tuple[list[bytes], bool]], bytes]
+
+
+def records_of(data: bytes) -> Records:
     """The records that :meth:`JsonLogWriter.write` makes of ``data`` (its stream's unfinished
     line already prepended), as payloads, and the unfinished rest it keeps.
 
@@ -322,11 +325,17 @@ class JsonLogWriter:
         """The unfinished last line of stdout and of stderr, not in the file yet."""
         return self._pending[0], self._pending[1]
 
-    def write(self, stream: str, data: bytes, ts_ns: int | None = None) -> None:
+    def write(self, stream: str, data: bytes, ts_ns: int | None = None, *,
+              records: bool = False) -> Records | None:
         """Log ``data`` from ``stream`` ("stdout" or "stderr"), stamped ``ts_ns`` (default now).
 
         Complete lines become records now; an unfinished last line waits in a per-stream
         buffer for its newline, for :meth:`flush`, or until it reaches 16 KiB.
+
+        With ``records``, returns what :func:`records_of` would give for this write (the
+        payloads of the records made, and the unfinished line kept), for ``logs -f``
+        followers; in the common case (short lines, nothing to escape) from the same split
+        that builds the file's bytes, so no follower cuts the chunk again.
 
         Raises:
             ValueError: an unknown stream or a closed writer.
@@ -337,7 +346,7 @@ class JsonLogWriter:
         if stream not in STREAMS:
             raise ValueError(f"unknown stream {stream!r}")
         if not data:
-            return
+            return ([], b"") if records else None
         idx = STREAMS.index(stream)
         if self._pending[idx]:
             data = self._pending[idx] + data
@@ -345,13 +354,22 @@ class JsonLogWriter:
         end = _record_end(stream, stamp)
         cut = data.rfind(b"\n") + 1
         parts: list[bytes | memoryview] = []
+        made: Records | None = None
         if cut:
             whole = data if cut == len(data) else data[:cut]
             if len(whole) > MAX_LINE and _has_long_line(whole):
                 parts.extend(_split_long(whole, end))
+            elif records and (escaped := escape(whole)) is whole:
+                # Nothing to escape: the lines cut here are the file's records and the
+                # followers' payloads both.
+                lines = whole.split(b"\n")
+                lines.pop()
+                parts += [_START, (b"\\n" + end + _START).join(lines), b"\\n" + end]
+                made = ([(lines, True)], b"")
             else:
                 # One pass for the whole batch: escape, then turn newlines into record breaks.
-                body = escape(whole).replace(b"\n", b"\\n" + end + _START)
+                body = (escaped if records else escape(whole)).replace(
+                    b"\n", b"\\n" + end + _START)
                 parts += [_START, memoryview(body)[: -len(_START)]]
         rest = data[cut:]
         while len(rest) >= MAX_LINE:
@@ -360,6 +378,11 @@ class JsonLogWriter:
         self._pending[idx] = rest
         if parts:
             self._emit(parts, stamp)
+        if not records:
+            return None
+        if made is None or len(data) - cut >= MAX_LINE:
+            return records_of(data)
+        return made[0], rest
 
     def flush(self, ts_ns: int | None = None, stream: str | None = None) -> None:
         """Write the unfinished line of ``stream`` (default: of each) as a partial record (no

@@ -9,8 +9,9 @@ The speed comes from the writer's fixed record shape: when every line of a block
 escapes but the final ``\\n``, nine-digit timestamps), the fields are sliced at fixed offsets by C
 code, and :func:`read_framed` turns a block into one bytes object of stdcopy frames without a
 Python-level step per record. When no times are needed and the block holds one stream, one
-regex split cuts the texts out directly (:func:`_plain`), at about twice that speed. Other blocks (escaped text, dockerd's own files, damage) go line
-by line through a regex and ``json.loads``.
+regex split cuts the texts out directly (:func:`_plain`), at about twice that speed. Other
+blocks (escaped text, dockerd's own files, damage) go line by line through a regex and
+``json.loads``.
 
 As in dockerd, ``tail`` counts lines of both streams before ``stdout``/``stderr`` filter them,
 and ``since`` is applied per record after ``tail`` (whole files older than it are skipped, a

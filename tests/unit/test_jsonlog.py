@@ -198,6 +198,29 @@ def test_records_of_cuts_as_the_writer_does() -> None:
     assert groups == [([b"y" * MAX_LINE, b"yy\n"], False)] and rest == b"z"
 
 
+def test_the_writers_own_records_are_what_records_of_gives(tmp_path: Path) -> None:
+    """``write(records=True)`` hands followers the same records a cut of the chunk (after the
+    stream's unfinished line) gives, and writes the same file as a plain write."""
+    rng = random.Random(11)
+    pieces = [b"line\n", b"no newline", b'quote"\n', b"\t\n", b"\xff\n", b"\n",
+              b"z" * (MAX_LINE + 7), b"w" * 3000 + b"\n"]
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    shadow = {"stdout": b"", "stderr": b""}
+    with JsonLogWriter(a, max_size=None) as wa, JsonLogWriter(b, max_size=None) as wb:
+        for i in range(400):
+            stream = rng.choice(["stdout", "stderr"])
+            chunk = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 6)))
+            got = wa.write(stream, chunk, T0 + i, records=True)
+            assert wb.write(stream, chunk, T0 + i) is None
+            want = records_of(shadow[stream] + chunk) if chunk else ([], b"")
+            if chunk:
+                shadow[stream] = want[1]
+            assert got == want, (shadow, chunk)
+        wa.flush(T0 + 999)
+        wb.flush(T0 + 999)
+    assert a.read_bytes() == b.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("size", "pieces"),
     [
