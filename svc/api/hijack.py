@@ -7,7 +7,8 @@ work first (404s, 409s, reading the body) and then calls ``hijack(request)``:
 
 1. the protocol writes the head itself: ``101 UPGRADED`` with ``Connection: Upgrade`` and
    ``Upgrade: tcp`` when the request asked for them, otherwise ``200 OK``; both with
-   ``Content-Type: application/vnd.svc.raw-stream`` and no chunking;
+   ``Content-Type: application/vnd.svc.raw-stream`` and no chunking; on a unix socket,
+   nothing more is sent until the client has read that head (``RawStream.until_head_read``);
 2. h11 is swapped for ``HijackedConnection``, which takes over any bytes already read after the
    request (stdin pipelined with the request is not lost) and never parses again;
 3. the view gets a ``RawStream``: ``receive_some`` returns client bytes and ``b""`` once the
@@ -21,8 +22,11 @@ Everything else (and websockets) is served by hypercorn unchanged.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -44,6 +48,8 @@ RAW_STREAM = "application/vnd.svc.raw-stream"
 HIGH_WATER = 256 * 1024
 RECEIVE_MAX = 64 * 1024
 RECEIVE_BYTES = 1 << 20
+# How long a raw stream's first bytes wait for the client to read the response head.
+HEAD_READ_WAIT = 1.0
 
 
 class HijackedConnection:
@@ -101,6 +107,26 @@ class RawStream(trio.abc.Stream):
                 return
             except OSError:
                 continue
+
+    async def until_head_read(self, limit: float = HEAD_READ_WAIT) -> None:
+        """Wait, at most ``limit`` seconds, until the client has read what was sent so far
+        (the response head); a no-op except on a plain unix socket.
+
+        docker-py parses the head through a buffered reader and then reads the raw socket
+        (``exec_start``, ``attach``): output that reached the client along with the head sits
+        in that buffer and is lost. dockerd has the same race, which its slower process start
+        mostly hides; here an exec's ``echo`` could win it. A unix socket tells how much of
+        what was sent is still unread (``SIOCOUTQ``); TCP tells only what is unacknowledged,
+        so nothing waits there. Cancellation: nothing is left behind.
+        """
+        sock = self.plain_socket
+        if sock is None or sock.family != socket.AF_UNIX:
+            return
+        deadline = trio.current_time() + limit
+        pause = 0.0002
+        while _unread(sock.fileno()) > 0 and trio.current_time() < deadline:
+            await trio.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
     def dup_fd(self) -> int | None:
         """A blocking duplicate of the connection's fd for a worker thread to write to
@@ -194,6 +220,15 @@ class RawStream(trio.abc.Stream):
         self._closed = True
         self._wake_reader()
         await trio.lowlevel.checkpoint()
+
+
+def _unread(fd: int) -> int:
+    """Bytes sent on unix socket ``fd`` that the peer has not read yet (``SIOCOUTQ``)."""
+    try:
+        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int(struct.unpack("i", out)[0])
 
 
 def _wants_upgrade(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -298,6 +333,8 @@ async def hijack(request: Any, head: bytes | None = None) -> RawStream:
     ``head`` replaces the raw-stream response head (a view that streams an ordinary response
     itself, such as ``docker save``, writes a 200 with its own headers).
 
+    With the raw-stream head, returns once the client has read it (at most a second later).
+
     Cancellation: a checkpoint. If cancelled before the head is written nothing was sent; after
     it, the connection is closed when the view returns.
     """
@@ -306,4 +343,6 @@ async def hijack(request: Any, head: bytes | None = None) -> RawStream:
     if ext is None:
         raise Unavailable("this connection cannot be hijacked (HTTP/1.1 is required)")
     raw: RawStream = await ext["hijack"](head)
+    if head is None:
+        await raw.until_head_read()
     return raw

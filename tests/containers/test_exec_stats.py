@@ -71,6 +71,28 @@ async def test_exec_output_exit_codes_and_inspect(cdaemon: Daemon,
     assert (await api.post("/exec/nope/start", json={})).status_code == 404
 
 
+async def test_exec_output_waits_until_the_client_has_read_the_head(
+        cdaemon: Daemon, api: httpx.AsyncClient) -> None:
+    """docker-py reads the head through a buffer and then the raw socket: output that came
+    with the head would be lost, so a slow client's first read must hold the head alone."""
+    cid = await running(api)
+    eid = await exec_create(api, cid, ["echo", "right-away"])
+    s = await connect(cdaemon.sock)
+    body = b'{"Detach":false,"Tty":false}'
+    await s.send_all(f"POST /exec/{eid}/start HTTP/1.1\r\nHost: svc\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+    await trio.sleep(0.5)  # long enough for echo to finish and its output to be written
+    first = await s.receive_some(65536)
+    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"\r\n\r\n"), first
+    rest = bytearray()
+    with trio.fail_after(15):
+        while chunk := await s.receive_some(65536):
+            rest += chunk
+    await s.aclose()
+    assert demux(bytes(rest))[1] == b"right-away\n"
+
+
 async def test_exec_stdin_detach_and_namespaces(cdaemon: Daemon,
                                                api: httpx.AsyncClient) -> None:
     cid = await running(api, HostConfig={"NetworkMode": "none"})
