@@ -2,7 +2,8 @@
 
 Lifetime of the daemon process (see docs/architecture.md):
 1. claim the pid file, open the engine (load durable state), bind the listeners;
-2. serve under one trio nursery that also holds the engine's background tasks;
+2. serve under one trio nursery that also holds the engine's background tasks and the
+   memory scavenger (``svc.memory``);
 3. on SIGTERM or SIGINT: end live streams, stop accepting, let in-flight requests finish for
    up to ``GRACEFUL_TIMEOUT``, persist what is still in memory, remove the sockets and the pid
    file, exit 0.
@@ -37,6 +38,7 @@ from svc.api.server import (
 from svc.config import DaemonConfig
 from svc.engine.engine import Engine, EngineConfig
 from svc.errors import InvalidParameter
+from svc.memory import scavenge
 from svc.storage.lock import RootInUse
 from svc.version import API_VERSION_STR, SVC_VERSION
 
@@ -143,6 +145,7 @@ async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, engine, shutdown)
         await nursery.start(engine.run)
+        nursery.start_soon(scavenge)
         async with trio.open_nursery() as http:
             # Returns once shutdown is set and in-flight requests are done (or timed out).
             binds = await http.start(partial(

