@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from svc.engine.volumes import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mount_overlay, unmount
-from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
+from svc.runtime.process import ContainerPipes, Launches, open_pipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
 from svc.storage.jsonlog import JsonLogWriter, parse_log_opts
@@ -85,6 +85,7 @@ class RunnerDeps:
     resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
     volumes: VolumeService
     networks: NetworkService
+    launches: Launches = field(default_factory=Launches)  # what the orphan reaper waits for
 
 
 class Runner:
@@ -130,7 +131,8 @@ class Runner:
         """
         assert self._nursery is not None, "the runner is not bound to the engine's nursery"
         try:
-            live, pipes = await self._create(c)
+            with self.d.launches.launching():  # until c.live names the init's pid
+                live, pipes = await self._create(c)
         except RuntimeFailure as exc:
             code, err = start_failure(exc)
             await self._record_failure(c, code, str(exc))

@@ -110,7 +110,8 @@ class Engine:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
-            await nursery.start(reap_orphans, self.containers.waited_pids)
+            await nursery.start(reap_orphans, self.containers.waited_pids,
+                                self.containers.runner.d.launches)
             await nursery.start(self.containers.stats.run)
             try:
                 await self.networks.setup()

@@ -145,17 +145,19 @@ class ExecService:
         assert live is not None
         process = await trio.to_thread.run_sync(self._process, inst, live.pid)
         pipes: ContainerPipes | None = None
-        if inst.tty:
-            created = await self.runner.d.runtime.exec(c.id, process, terminal=True)
-        else:
-            pipes = open_pipes(stdin=inst.attach_stdin)
-            try:
-                created = await self.runner.d.runtime.exec(c.id, process, stdio=pipes)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await pipes.aclose()
-                raise
-        inst.pid, inst.running, inst.console = created.pid, True, created.console
+        # The command may exit before runc does: its zombie is ours, not the orphan reaper's.
+        with self.runner.d.launches.launching():
+            if inst.tty:
+                created = await self.runner.d.runtime.exec(c.id, process, terminal=True)
+            else:
+                pipes = open_pipes(stdin=inst.attach_stdin)
+                try:
+                    created = await self.runner.d.runtime.exec(c.id, process, stdio=pipes)
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        await pipes.aclose()
+                    raise
+            inst.pid, inst.running, inst.console = created.pid, True, created.console
         inst.stdin = pipes.stdin if pipes is not None else None
         inst.started_event.set()
         self.runner.spawn(self._supervise, inst, pipes)

@@ -19,7 +19,7 @@ import signal
 import socket
 import struct
 import termios
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,14 +106,60 @@ def orphan_zombies(tracked: Collection[int], proc: Path = Path("/proc")) -> list
     return found
 
 
-async def reap_orphans(tracked: Callable[[], Collection[int]], *,
+class Launches:
+    """Container processes being started whose pids nobody tracks yet.
+
+    Between runc starting a process (an exec's command, a container's init) and the engine
+    recording its pid, the process may already have exited and, once runc is gone, be a
+    zombie child of the daemon that no tracked pid names. Its exit code belongs to its
+    supervisor, so the orphan reaper waits until no launch is in flight and scans again if
+    one began during its scan. (A steady stream of overlapping launches only delays it.)
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.generation = 0  # launches begun so far
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[None]:
+        """Hold the reaper off from entry until the pid is recorded (the block's end)."""
+        self.count += 1
+        self.generation += 1
+        if self.count == 1:
+            self._idle = trio.Event()
+        try:
+            yield
+        finally:
+            self.count -= 1
+            if not self.count:
+                self._idle.set()
+
+    async def wait_idle(self) -> int:
+        """Wait until no launch is in flight; returns the generation seen then."""
+        while self.count:
+            await self._idle.wait()
+        return self.generation
+
+
+async def reap_orphans(tracked: Callable[[], Collection[int]], launches: Launches, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Reap container orphans re-parented to the daemon, on each SIGCHLD (until cancelled)."""
+    """Reap container orphans re-parented to the daemon, on each SIGCHLD (until cancelled).
+
+    The zombies found are reaped only if no launch began while the scan ran (its process
+    could be among them); otherwise the scan is done again.
+    """
     with trio.open_signal_receiver(signal.SIGCHLD) as signals:
         task_status.started()
         async for _ in signals:
             await trio.sleep(0.05)  # let a burst of exits arrive together
-            for pid in await trio.to_thread.run_sync(orphan_zombies, set(tracked())):
+            while True:
+                seen = await launches.wait_idle()
+                pids = await trio.to_thread.run_sync(orphan_zombies, set(tracked()))
+                if not launches.count and launches.generation == seen:
+                    break
+            for pid in pids:  # no checkpoint from the check to here: nothing can start
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - a zombie: returns at once
 
