@@ -36,22 +36,20 @@ from svc.engine.container_mounts import (
     check_binds,
 )
 from svc.engine.container_networks import ContainerNetworking
+from svc.engine.container_ops import ContainerOps
+from svc.engine.container_restore import ContainerRestore
 from svc.engine.container_run import Runner, RunnerDeps
-from svc.engine.container_spec import resources
 from svc.engine.container_state import State, require
 from svc.engine.container_stats import StatsService
 from svc.engine.container_volumes import ContainerVolumes
 from svc.engine.exec import ExecService
-from svc.engine.images import Image
 from svc.engine.links import parse_link
 from svc.engine.ports import bindings as port_bindings
-from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
-from svc.models.containers import CreateBody, HostConfigBody, UpdateBody
+from svc.errors import Conflict, InvalidParameter, NotFound
+from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
-from svc.runtime.mounts import mounts_under
 from svc.runtime.process import signal_number
-from svc.runtime.protocol import ContainerNotFound, RuntimeFailure
-from svc.runtime.spec import with_resources
+from svc.runtime.protocol import RuntimeFailure
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -59,41 +57,7 @@ COLLECTION = "containers"
 RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
 
 
-def parse_ps(output: str, pids: set[int]) -> tuple[list[str], list[list[str]]]:
-    """ps output -> (Titles, Processes of ``pids``), as dockerd's ``parsePSOutput``."""
-    lines = output.splitlines()
-    if not lines:
-        raise InvalidParameter("ps gave no output")
-    titles = lines[0].split()
-    try:
-        pid_col = titles.index("PID")
-    except ValueError:
-        raise InvalidParameter("Couldn't find PID field in ps output") from None
-    rows = []
-    for line in lines[1:]:
-        if not line.strip():
-            continue
-        fields = line.split(None, len(titles) - 1)
-        try:
-            pid = int(fields[pid_col])
-        except (ValueError, IndexError):
-            raise InvalidParameter(f"Unexpected pid {fields[pid_col:pid_col + 1]!r} in ps "
-                                   "output") from None
-        if pid in pids:
-            rows.append(fields)
-    return titles, rows
-
-
-def _tree_size(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
-
-
-class ContainerService(ContainerNetworking, ContainerVolumes):
+class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, ContainerOps):
     def __init__(self, root: Path, deps: RunnerDeps, knobs: Knobs | None) -> None:
         self.dir = root / "containers"
         self.deps = deps
@@ -106,7 +70,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes):
         self.names: dict[str, str] = {}  # "/name" -> id
         self._names_lock = trio.Lock()
 
-    # -- loading and restoring --------------------------------------------------------------
+    # -- loading (restoring after a restart: container_restore.py) ----------------------
 
     def open(self, records: Mapping[str, Mapping[str, Any]]) -> None:
         """Load the records (blocking, before serving); damaged ones are skipped."""
@@ -120,62 +84,6 @@ class ContainerService(ContainerNetworking, ContainerVolumes):
             self.containers[c.id] = c
             self.names[c.name] = c.id
         self.deps.images.container_use = self._image_use
-
-    async def restore(self, nursery: trio.Nursery) -> None:
-        """After a crash or a restart: no container runs without a supervisor. Ones that were
-        running are killed and torn down and recorded as exited (137 when svc killed them, 255
-        when they had died unseen); then ``always`` and ``unless-stopped`` ones start again."""
-        self.runner.bind(nursery)
-        # What a crash can leave behind, looked up once (a runc call per container would make
-        # a start with many containers slow): runc's containers and the overlay mounts.
-        try:
-            in_runc = {str(d.get("id")) for d in await self.deps.runtime.list()}
-        except RuntimeFailure as exc:
-            log.warning("cannot list the runtime's containers: %s", exc)
-            in_runc = set(self.containers)
-        mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
-        for c in list(self.containers.values()):
-            try:
-                await self._restore_one(c, in_runc, mounted)
-            except Exception:  # one damaged container must not keep the daemon from starting
-                log.exception("restoring container %s failed", c.short_id)
-        for c in list(self.containers.values()):
-            policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
-            if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
-                if not c.has_been_started:
-                    continue
-                async with c.lock:
-                    try:
-                        await self.runner.launch(c)
-                    except (SvcError, OSError) as exc:
-                        log.error("container %s did not come back: %s", c.short_id, exc)
-
-    async def _restore_one(self, c: Container, in_runc: set[str], mounted: set[Path]) -> None:
-        was = c.state.status
-        if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
-            code, error = await self._reap_orphan(c)
-            c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
-            c.state.exit_code, c.state.error = code, error
-            await self.deps.save(c)
-        elif was is State.REMOVING:
-            await self._finish_remove(c)
-            return
-        elif c.id not in in_runc and c.rootfs not in mounted:
-            return
-        await self.runner.teardown(c)
-
-    async def _reap_orphan(self, c: Container) -> tuple[int, str]:
-        try:
-            state = await self.deps.runtime.state(c.id)
-        except ContainerNotFound:
-            return 255, "the container exited while the daemon was not running"
-        except RuntimeFailure as exc:
-            return 255, str(exc)
-        if state.get("status") in ("running", "paused", "created"):
-            with contextlib.suppress(RuntimeFailure):
-                await self.deps.runtime.delete(c.id, force=True)
-            return 137, "killed when the daemon restarted (it was not running to supervise it)"
-        return 255, "the container exited while the daemon was not running"
 
     # -- names ------------------------------------------------------------------------------
 
@@ -506,88 +414,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes):
         kept = {m["Name"] for m in c.mounts}
         await self._drop_anonymous(c, [m for m in before if m["Name"] not in kept])
 
-    async def update(self, c: Container, body: UpdateBody, *,
-                     restart_policy: bool) -> list[str]:
-        """Change resource limits (live, through the runtime, when running) and, from v1.23,
-        the restart policy. The merged HostConfig is validated as at create."""
-        async with c.lock:
-            require(c.state.status, "update", c.id)
-            merged = dict(c.host_config)
-            for key, value in body.model_dump(exclude={"RestartPolicy"}).items():
-                if value:
-                    merged[key] = value
-            if body.Memory and not body.MemorySwap and merged.get("MemorySwap", 0) > 0 and \
-                    merged["MemorySwap"] < body.Memory:
-                raise InvalidParameter("Memory limit should be smaller than already set "
-                                       "memoryswap limit, update the memoryswap at the same time")
-            if restart_policy and body.RestartPolicy is not None:
-                merged["RestartPolicy"] = body.RestartPolicy.model_dump()
-            hc = HostConfigBody.model_validate(merged)
-            warnings = check_host_config(hc, self.knobs, update=True)
-            if c.live is not None and c.state.status is not State.RESTARTING:
-                res = resources(hc.model_dump())
-                spec: dict[str, Any] = {}
-                with_resources(res)(spec)
-                try:
-                    await self.deps.runtime.update(c.id, spec["linux"]["resources"])
-                except RuntimeFailure as exc:
-                    raise InvalidParameter(f"Cannot update container {c.id}: {exc}") from None
-            new = host_config_record(hc)
-            new["NetworkMode"] = c.host_config.get("NetworkMode", new["NetworkMode"])
-            c.host_config = new
-            await self.deps.save(c)
-        self.runner.event(c, "update")
-        return warnings
-
-    async def top(self, c: Container, ps_args: str) -> tuple[list[str], list[list[str]]]:
-        """``ps <ps_args>`` on the host, keeping the rows of the container's processes."""
-        if c.state.status not in (State.RUNNING, State.PAUSED) or c.live is None:
-            raise Conflict(f"Container {c.id} is not running")
-        cgroup = self.runner.cgroup_of(c)
-        pids = set(await trio.to_thread.run_sync(self.deps.cgroups.procs, cgroup))
-        args = ps_args.split() if ps_args else ["-ef"]
-        result = await trio.run_process(["ps", *args], capture_stdout=True,
-                                        capture_stderr=True, check=False)
-        if result.returncode != 0:
-            raise InvalidParameter(f"Error running ps {ps_args}: "
-                                   f"{result.stderr.decode(errors='replace').strip()}")
-        titles, rows = parse_ps(result.stdout.decode(errors="replace"), pids)
-        self.runner.event(c, "top")
-        return titles, rows
-
-    async def resize(self, c: Container, height: int, width: int) -> None:
-        if c.live is None or c.state.status not in (State.RUNNING, State.PAUSED):
-            raise Conflict(f"Container {c.id} is not running")
-        if c.live.console is None:
-            raise InvalidParameter(f"Container {c.id} has no TTY: only a TTY can be resized")
-        if not (0 < height < 65536 and 0 < width < 65536):
-            raise InvalidParameter(f"invalid size {height}x{width}")
-        c.live.console.resize(height, width)
-        self.runner.event(c, "resize", height=str(height), width=str(width))
-
-    async def commit(self, c: Container, *, repo: str, tag: str, comment: str, author: str,
-                     pause: bool, changes: list[str], config: dict[str, Any] | None) -> Image:
-        """``docker commit``: a new image from the container's changes, optionally named."""
-        images = self.deps.images
-        ref = images.tag_reference(repo, tag or None) if repo else None
-        if ref is None and tag:
-            raise InvalidParameter("commit: a tag needs a repository (repo)")
-        image = await self.fs.commit(c, repo_config=config, changes=changes, comment=comment,
-                                     author=author, pause=pause)
-        if ref is not None:
-            async with images.lock:
-                await images.add_ref(image, ref, force=True)
-        attrs = {"comment": comment} if comment else {}
-        self.runner.event(c, "commit", **attrs)
-        return image
-
     # -- queries ----------------------------------------------------------------------------
-
-    async def sizes(self, c: Container) -> tuple[int, int]:
-        """(SizeRw, SizeRootFs): bytes in the upper dir, and those plus the image's."""
-        rw = await trio.to_thread.run_sync(_tree_size, c.upper_dir)
-        image = self.deps.images.images.get(c.image_id)
-        return rw, rw + (image.size if image is not None else 0)
 
     def waited_pids(self) -> set[int]:
         """Processes whose exit a supervisor waits for (never reaped by the orphan reaper)."""

@@ -1,0 +1,149 @@
+"""Verbs on a container that leave its state alone: update (live resource limits and the
+restart policy), top, resize, commit, and the sizes that ``size=1`` reports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from svc.engine.container import Container
+from svc.engine.container_config import check_host_config, host_config_record
+from svc.engine.container_fs import ContainerFS
+from svc.engine.container_run import Runner, RunnerDeps
+from svc.engine.container_spec import resources
+from svc.engine.container_state import State, require
+from svc.engine.images import Image
+from svc.errors import Conflict, InvalidParameter
+from svc.models.containers import HostConfigBody, UpdateBody
+from svc.runtime.cgroups import Knobs
+from svc.runtime.protocol import RuntimeFailure
+from svc.runtime.spec import with_resources
+
+
+def parse_ps(output: str, pids: set[int]) -> tuple[list[str], list[list[str]]]:
+    """ps output -> (Titles, Processes of ``pids``), as dockerd's ``parsePSOutput``."""
+    lines = output.splitlines()
+    if not lines:
+        raise InvalidParameter("ps gave no output")
+    titles = lines[0].split()
+    try:
+        pid_col = titles.index("PID")
+    except ValueError:
+        raise InvalidParameter("Couldn't find PID field in ps output") from None
+    rows = []
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        fields = line.split(None, len(titles) - 1)
+        try:
+            pid = int(fields[pid_col])
+        except (ValueError, IndexError):
+            raise InvalidParameter(f"Unexpected pid {fields[pid_col:pid_col + 1]!r} in ps "
+                                   "output") from None
+        if pid in pids:
+            rows.append(fields)
+    return titles, rows
+
+
+def _tree_size(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+class ContainerOps:
+    """Mixed into ``ContainerService``: needs its ``deps``, ``runner``, ``fs`` and
+    ``knobs``."""
+
+    deps: RunnerDeps
+    runner: Runner
+    fs: ContainerFS
+    knobs: Knobs | None
+
+    async def update(self, c: Container, body: UpdateBody, *,
+                     restart_policy: bool) -> list[str]:
+        """Change resource limits (live, through the runtime, when running) and, from v1.23,
+        the restart policy. The merged HostConfig is validated as at create."""
+        async with c.lock:
+            require(c.state.status, "update", c.id)
+            merged = dict(c.host_config)
+            for key, value in body.model_dump(exclude={"RestartPolicy"}).items():
+                if value:
+                    merged[key] = value
+            if body.Memory and not body.MemorySwap and merged.get("MemorySwap", 0) > 0 and \
+                    merged["MemorySwap"] < body.Memory:
+                raise InvalidParameter("Memory limit should be smaller than already set "
+                                       "memoryswap limit, update the memoryswap at the same time")
+            if restart_policy and body.RestartPolicy is not None:
+                merged["RestartPolicy"] = body.RestartPolicy.model_dump()
+            hc = HostConfigBody.model_validate(merged)
+            warnings = check_host_config(hc, self.knobs, update=True)
+            if c.live is not None and c.state.status is not State.RESTARTING:
+                res = resources(hc.model_dump())
+                spec: dict[str, Any] = {}
+                with_resources(res)(spec)
+                try:
+                    await self.deps.runtime.update(c.id, spec["linux"]["resources"])
+                except RuntimeFailure as exc:
+                    raise InvalidParameter(f"Cannot update container {c.id}: {exc}") from None
+            new = host_config_record(hc)
+            new["NetworkMode"] = c.host_config.get("NetworkMode", new["NetworkMode"])
+            c.host_config = new
+            await self.deps.save(c)
+        self.runner.event(c, "update")
+        return warnings
+
+    async def top(self, c: Container, ps_args: str) -> tuple[list[str], list[list[str]]]:
+        """``ps <ps_args>`` on the host, keeping the rows of the container's processes."""
+        if c.state.status not in (State.RUNNING, State.PAUSED) or c.live is None:
+            raise Conflict(f"Container {c.id} is not running")
+        cgroup = self.runner.cgroup_of(c)
+        pids = set(await trio.to_thread.run_sync(self.deps.cgroups.procs, cgroup))
+        args = ps_args.split() if ps_args else ["-ef"]
+        result = await trio.run_process(["ps", *args], capture_stdout=True,
+                                        capture_stderr=True, check=False)
+        if result.returncode != 0:
+            raise InvalidParameter(f"Error running ps {ps_args}: "
+                                   f"{result.stderr.decode(errors='replace').strip()}")
+        titles, rows = parse_ps(result.stdout.decode(errors="replace"), pids)
+        self.runner.event(c, "top")
+        return titles, rows
+
+    async def resize(self, c: Container, height: int, width: int) -> None:
+        if c.live is None or c.state.status not in (State.RUNNING, State.PAUSED):
+            raise Conflict(f"Container {c.id} is not running")
+        if c.live.console is None:
+            raise InvalidParameter(f"Container {c.id} has no TTY: only a TTY can be resized")
+        if not (0 < height < 65536 and 0 < width < 65536):
+            raise InvalidParameter(f"invalid size {height}x{width}")
+        c.live.console.resize(height, width)
+        self.runner.event(c, "resize", height=str(height), width=str(width))
+
+    async def commit(self, c: Container, *, repo: str, tag: str, comment: str, author: str,
+                     pause: bool, changes: list[str], config: dict[str, Any] | None) -> Image:
+        """``docker commit``: a new image from the container's changes, optionally named."""
+        images = self.deps.images
+        ref = images.tag_reference(repo, tag or None) if repo else None
+        if ref is None and tag:
+            raise InvalidParameter("commit: a tag needs a repository (repo)")
+        image = await self.fs.commit(c, repo_config=config, changes=changes, comment=comment,
+                                     author=author, pause=pause)
+        if ref is not None:
+            async with images.lock:
+                await images.add_ref(image, ref, force=True)
+        attrs = {"comment": comment} if comment else {}
+        self.runner.event(c, "commit", **attrs)
+        return image
+
+    async def sizes(self, c: Container) -> tuple[int, int]:
+        """(SizeRw, SizeRootFs): bytes in the upper dir, and those plus the image's."""
+        rw = await trio.to_thread.run_sync(_tree_size, c.upper_dir)
+        image = self.deps.images.images.get(c.image_id)
+        return rw, rw + (image.size if image is not None else 0)

@@ -1,0 +1,92 @@
+"""Restoring containers when the daemon starts: no container runs without a supervisor.
+
+After a crash (or a clean restart), ones the records say were running are killed and torn
+down and recorded as exited (137 when svc killed them, 255 when they had died unseen); a
+removal the crash interrupted is finished; then ``always`` and ``unless-stopped`` containers
+start again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from svc.engine.container import Container, now_ns
+from svc.engine.container_run import Runner, RunnerDeps
+from svc.engine.container_state import State
+from svc.errors import SvcError
+from svc.runtime.mounts import mounts_under
+from svc.runtime.protocol import ContainerNotFound, RuntimeFailure
+
+log = logging.getLogger("svc.engine.containers")
+
+
+class ContainerRestore:
+    """Mixed into ``ContainerService``: needs its ``deps``, ``runner``, ``containers``,
+    ``dir`` and ``_finish_remove``."""
+
+    deps: RunnerDeps
+    runner: Runner
+    containers: dict[str, Container]
+    dir: Path
+    _finish_remove: Callable[[Container], Awaitable[None]]
+
+    async def restore(self, nursery: trio.Nursery) -> None:
+        """After a crash or a restart: no container runs without a supervisor. Ones that were
+        running are killed and torn down and recorded as exited (137 when svc killed them, 255
+        when they had died unseen); then ``always`` and ``unless-stopped`` ones start again."""
+        self.runner.bind(nursery)
+        # What a crash can leave behind, looked up once (a runc call per container would make
+        # a start with many containers slow): runc's containers and the overlay mounts.
+        try:
+            in_runc = {str(d.get("id")) for d in await self.deps.runtime.list()}
+        except RuntimeFailure as exc:
+            log.warning("cannot list the runtime's containers: %s", exc)
+            in_runc = set(self.containers)
+        mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
+        for c in list(self.containers.values()):
+            try:
+                await self._restore_one(c, in_runc, mounted)
+            except Exception:  # one damaged container must not keep the daemon from starting
+                log.exception("restoring container %s failed", c.short_id)
+        for c in list(self.containers.values()):
+            policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
+            if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
+                if not c.has_been_started:
+                    continue
+                async with c.lock:
+                    try:
+                        await self.runner.launch(c)
+                    except (SvcError, OSError) as exc:
+                        log.error("container %s did not come back: %s", c.short_id, exc)
+
+    async def _restore_one(self, c: Container, in_runc: set[str], mounted: set[Path]) -> None:
+        was = c.state.status
+        if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
+            code, error = await self._reap_orphan(c)
+            c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
+            c.state.exit_code, c.state.error = code, error
+            await self.deps.save(c)
+        elif was is State.REMOVING:
+            await self._finish_remove(c)
+            return
+        elif c.id not in in_runc and c.rootfs not in mounted:
+            return
+        await self.runner.teardown(c)
+
+    async def _reap_orphan(self, c: Container) -> tuple[int, str]:
+        try:
+            state = await self.deps.runtime.state(c.id)
+        except ContainerNotFound:
+            return 255, "the container exited while the daemon was not running"
+        except RuntimeFailure as exc:
+            return 255, str(exc)
+        if state.get("status") in ("running", "paused", "created"):
+            with contextlib.suppress(RuntimeFailure):
+                await self.deps.runtime.delete(c.id, force=True)
+            return 137, "killed when the daemon restarted (it was not running to supervise it)"
+        return 255, "the container exited while the daemon was not running"
