@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 
 from svc.storage.jsonlog import format_time
-from svc.storage.logreader import LogRecord
+from svc.storage.logparse import LogRecord
 
 RAW_CHUNK = 1 << 17
 

@@ -1,6 +1,7 @@
 """Following a json-file log as it grows (``docker logs -f``), across rotations.
 
-The reading machinery (parsing, framing, tail planning) lives in ``logreader``; this module adds
+The reading machinery lives in ``logparse`` (parsing, framing) and ``logreader`` (files,
+tail planning); this module adds
 the live part: poll for appended lines every ``POLL_INTERVAL``, finish a rotated file through
 its open descriptor, continue with the new one, and end when the container has stopped.
 """
@@ -25,18 +26,16 @@ from typing import TypeVar
 import trio
 
 from svc.storage.jsonlog import LogFileRef
+from svc.storage.logparse import LogRecord, to_frames, to_records
 from svc.storage.logreader import (
     BLOCK,
     POLL_INTERVAL,
-    LogRecord,
     _blocks,
     _File,
     _open_all,
     _plan,
     _read_plan,
     _tail_start,
-    _to_frames,
-    _to_records,
     _want,
 )
 
@@ -247,7 +246,7 @@ async def follow(
     want = _want(stdout, stderr)
     if not want:
         return
-    convert = partial(_to_records, want, since_ns)
+    convert = partial(to_records, want, since_ns)
     batches = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval,
                       grown=grown)
     async with aclosing(batches):
@@ -265,7 +264,7 @@ async def follow_framed(
     want = _want(stdout, stderr)
     if not want:
         return
-    convert = partial(_to_frames, want, since_ns, timestamps)
+    convert = partial(to_frames, want, since_ns, timestamps)
     chunks = _follow(path, convert, tail=tail, since_ns=since_ns, stop=stop, poll=poll_interval,
                       grown=grown)
     async with aclosing(chunks):
@@ -282,7 +281,7 @@ async def follow_from(
     """:func:`follow`'s live part from a writer's position (``ref``, ``pos``): for a reader
     that was served from elsewhere up to that point."""
     want = _want(stdout, stderr)
-    batches = _follow_live(path, ref.open(), pos, partial(_to_records, want, 0), stop=stop,
+    batches = _follow_live(path, ref.open(), pos, partial(to_records, want, 0), stop=stop,
                            poll=poll_interval, grown=grown)
     async with aclosing(batches):
         async for batch in batches:
@@ -297,7 +296,7 @@ async def follow_framed_from(
 ) -> AsyncIterator[bytes]:
     """:func:`follow_from` as stdcopy frames in chunks."""
     want = _want(stdout, stderr)
-    chunks = _follow_live(path, ref.open(), pos, partial(_to_frames, want, 0, timestamps),
+    chunks = _follow_live(path, ref.open(), pos, partial(to_frames, want, 0, timestamps),
                           stop=stop, poll=poll_interval, grown=grown)
     async with aclosing(chunks):
         async for chunk in chunks:

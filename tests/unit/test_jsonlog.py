@@ -23,7 +23,8 @@ from svc.storage.jsonlog import (
     records_of,
 )
 from svc.storage.logfollow import follow, follow_framed
-from svc.storage.logreader import LogRecord, log_files, read_framed, read_logs
+from svc.storage.logparse import LogRecord
+from svc.storage.logreader import log_files, read_framed, read_logs
 from svc.wire.stdcopy import FrameDecoder
 
 T0 = 1546341071111111111  # 2019-01-01T11:11:11.111111111Z, the docs' example time
@@ -453,7 +454,7 @@ def test_one_stream_blocks_cut_by_one_split_match_the_careful_path() -> None:
     """The one-split path (exact records of one stream) frames every block as the line-by-line
     path does, and blocks it must not take (another stream, an escape, a partial line, a time
     of another length, a torn line) go the careful way with the same result."""
-    from svc.storage import logreader
+    from svc.storage import logparse
 
     rng = random.Random(7)
     odd = [
@@ -475,15 +476,15 @@ def test_one_stream_blocks_cut_by_one_split_match_the_careful_path() -> None:
         if not data:
             continue
         if plain:
-            assert logreader._plain(data) is not None, data
+            assert logparse._plain(data) is not None, data
         for want in (1, 2, 3):
-            fast = logreader._to_frames(want, 0, False, data)
-            careful = logreader._frames(logreader._select(
-                logreader._parse_slow(data, False), want, 0))
+            fast = logparse.to_frames(want, 0, False, data)
+            careful = logparse._frames(logparse._select(
+                logparse._parse_slow(data, False), want, 0))
             assert fast == careful, data
     line = encode_record("stdout", b"plain\n", T0)
     for record in odd[:4]:
-        assert logreader._plain(line + record + line) is None, record
+        assert logparse._plain(line + record + line) is None, record
 
 
 # -- framing -----------------------------------------------------------------------------------
