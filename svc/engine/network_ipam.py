@@ -1,0 +1,160 @@
+"""A network's record and its addresses: what ``NetworkService`` keeps per network and per
+container endpoint, and the IPAM checks (``--bip``, a new network's subnet, gateway and range,
+a container's IPv4 and IPv6 address) with dockerd's messages: 400 for a bad value, 409 for an
+overlap or an exhausted pool."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from svc.errors import Conflict, InvalidParameter
+from svc.network import bridge as br
+
+AUTO_POOL = [ipaddress.IPv4Network(f"172.{n}.0.0/16") for n in range(18, 32)]
+
+
+@dataclass
+class EndpointInfo:
+    """A container's place on a network."""
+
+    container: str  # its name, with the leading /
+    endpoint_id: str
+    endpoint: br.Endpoint
+    aliases: list[str] = field(default_factory=list)
+    attached: bool = False
+
+
+@dataclass
+class Network:
+    id: str
+    name: str
+    driver: str
+    subnet: str = ""
+    gateway: str = ""
+    ip_range: str = ""
+    bridge: str = ""
+    internal: bool = False
+    builtin: bool = False
+    subnet6: str = ""  # with EnableIPv6
+    gateway6: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    ipam_options: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
+
+    def record(self) -> dict[str, Any]:
+        return {"Name": self.name, "Id": self.id, "Driver": self.driver,
+                "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
+                "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
+                "Subnet6": self.subnet6, "Gateway6": self.gateway6,
+                "IPAMOptions": self.ipam_options,
+                "Options": self.options, "Labels": self.labels}
+
+    @property
+    def prefixlen(self) -> int:
+        return ipaddress.IPv4Network(self.subnet).prefixlen
+
+    @property
+    def prefixlen6(self) -> int:
+        return ipaddress.IPv6Network(self.subnet6).prefixlen if self.subnet6 else 0
+
+
+def check_bip(bip: str) -> tuple[str, int, str]:
+    """``--bip``: (gateway, prefix length, subnet); the gateway is the given address."""
+    try:
+        iface = ipaddress.IPv4Interface(bip)
+    except ValueError:
+        raise InvalidParameter(f"invalid --bip {bip!r}: an IPv4 address with a prefix, "
+                               "e.g. 172.17.0.1/16") from None
+    if iface.network.prefixlen > 30 or iface.ip in (iface.network.network_address,
+                                                     iface.network.broadcast_address):
+        raise InvalidParameter(f"invalid --bip {bip!r}: the gateway must be a host address of "
+                               "a subnet of /30 or larger")
+    return str(iface.ip), iface.network.prefixlen, str(iface.network)
+
+
+def pick_address6(net: Network, static: str) -> str:
+    """The container's IPv6 address on ``net``: ``static``, checked, or the lowest free."""
+    subnet = ipaddress.IPv6Network(net.subnet6)
+    taken = {e.endpoint.address6 for e in net.endpoints.values()} | {net.gateway6}
+    if static:
+        try:
+            ip = ipaddress.IPv6Address(static)
+        except ValueError:
+            raise InvalidParameter(f"invalid IPv6Address {static!r}") from None
+        if ip not in subnet:
+            raise InvalidParameter(f"invalid address {static}: not in {subnet} of network "
+                                   f"{net.name}")
+        if str(ip) in taken:
+            raise Conflict(f"Address already in use: {static} on network {net.name}")
+        return str(ip)
+    for i, host in enumerate(subnet.hosts()):
+        if str(host) not in taken:
+            return str(host)
+        if i > 65536:
+            break
+    raise Conflict(f"no available IPv6 addresses on network {net.name} ({subnet})")
+
+
+def plan_ipam6(subnet: str, gateway: str,
+                taken: list[ipaddress.IPv6Network]) -> tuple[str, str]:
+    """(subnet, gateway) of a new network's IPv6 side ("" when it has none), checked."""
+    if not subnet:
+        return "", ""
+    try:
+        net = ipaddress.IPv6Network(subnet, strict=False)
+        gw = ipaddress.IPv6Address(gateway) if gateway else next(net.hosts())
+    except (ValueError, StopIteration):
+        raise InvalidParameter(f"invalid IPv6 subnet {subnet!r} or gateway {gateway!r}") \
+            from None
+    if net.prefixlen > 126 or gw not in net:
+        raise InvalidParameter(f"invalid IPv6 subnet {net} (at most /126) or gateway {gw}")
+    for other in taken:
+        if net.overlaps(other):
+            raise Conflict(f"Pool overlaps with other one on this address space: {net} "
+                           f"overlaps {other}")
+    return str(net), str(gw)
+
+
+def free_address(net: Network, taken: set[str]) -> str:
+    pool = ipaddress.IPv4Network(net.ip_range or net.subnet)
+    for host in pool.hosts():
+        if str(host) not in taken:
+            return str(host)
+    raise Conflict(f"no available IPv4 addresses on network {net.name} ({pool})")
+
+
+def plan_ipam(subnet: str, ip_range: str, gateway: str,
+               taken: list[ipaddress.IPv4Network]) -> tuple[str, str, str]:
+    """(subnet, gateway, ip range) of a new network, checked; 400 for a bad CIDR, 409 for an
+    overlap or an exhausted pool."""
+    if subnet:
+        try:
+            net = ipaddress.IPv4Network(subnet, strict=False)
+        except ValueError:
+            raise InvalidParameter(f"invalid subnet {subnet!r}: an IPv4 CIDR such as "
+                                   "10.10.0.0/24") from None
+        if net.prefixlen > 30:
+            raise InvalidParameter(f"invalid subnet {subnet}: /30 or larger")
+        for other in taken:
+            if net.overlaps(other):
+                raise Conflict(f"Pool overlaps with other one on this address space: {net} "
+                               f"overlaps {other}")
+    else:
+        free = [p for p in AUTO_POOL if not any(p.overlaps(t) for t in taken)]
+        if not free:
+            raise Conflict("could not find an available, non-overlapping IPv4 address pool "
+                           "among the defaults to assign to the network")
+        net = free[0]
+    try:
+        rng = ipaddress.IPv4Network(ip_range, strict=False) if ip_range else None
+        gw = ipaddress.IPv4Address(gateway) if gateway else next(net.hosts())
+    except ValueError:
+        raise InvalidParameter(f"invalid IPRange {ip_range!r} or Gateway {gateway!r}") from None
+    if rng is not None and not rng.subnet_of(net):
+        raise InvalidParameter(f"invalid IPRange {rng}: not inside the subnet {net}")
+    if gw not in net or gw in (net.network_address, net.broadcast_address):
+        raise InvalidParameter(f"invalid Gateway {gw}: not a host address of {net}")
+    return str(net), str(gw), str(rng) if rng else ""
