@@ -17,9 +17,7 @@ import logging
 import os
 import shutil
 import signal
-import time
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,31 +26,26 @@ import trio
 
 from svc.engine import container_files as files
 from svc.engine import links, ports
-from svc.engine.attach import OutputHub, output_chunks
 from svc.engine.container import Container, Live, now_ns
 from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
 from svc.engine.container_state import State
+from svc.engine.container_supervise import Supervision
 from svc.engine.events import EventBus
 from svc.engine.images import ImageService
-from svc.engine.log_tap import Tapped
 from svc.engine.networks import NetworkService
 from svc.engine.userdb import resolve_user
 from svc.engine.volumes import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mount_overlay, unmount
-from svc.runtime.process import ContainerPipes, Launches, open_pipes, wait_pid
+from svc.runtime.process import ContainerPipes, Launches, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
-from svc.storage.jsonlog import JsonLogWriter, parse_log_opts
 from svc.storage.securejoin import mkdir_all, secure_join
-from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.engine.containers")
 
-DRAIN_SECONDS = 2.0  # after the init exits, how long output still held by others may flow
-RESTART_DELAY = 0.1
-RESTART_DELAY_MAX = 60.0
+
 
 
 class StartError(InvalidParameter):
@@ -88,7 +81,7 @@ class RunnerDeps:
     launches: Launches = field(default_factory=Launches)  # what the orphan reaper waits for
 
 
-class Runner:
+class Runner(Supervision):
     def __init__(self, deps: RunnerDeps) -> None:
         self.d = deps
         self._nursery: trio.Nursery | None = None
@@ -326,140 +319,6 @@ class Runner:
     async def unmount(self, c: Container) -> None:
         await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
 
-    # -- supervision ------------------------------------------------------------------------
-
-    async def _supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
-                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the process until it exits, then record the exit and apply the restart policy.
-
-        Cancellation (daemon shutdown): the container is killed and torn down, shielded.
-        """
-        try:
-            writer = _open_log(c)
-        except (OSError, ValueError) as exc:  # the log cannot be opened: run without it
-            log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
-            writer = None
-        live.log = writer
-        task_status.started()
-        try:
-            await self._supervise_run(c, live, pipes, writer)
-        except Exception:  # a bug must never take the daemon (and every container) down
-            log.exception("supervising container %s failed", c.short_id)
-
-    async def _supervise_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                             writer: JsonLogWriter | None) -> None:
-        code = -1
-        try:
-            code = await self._watch(c, live, pipes, writer)
-        except Exception:
-            log.exception("watching container %s failed; it is killed", c.short_id)
-        finally:
-            with trio.CancelScope(shield=True):
-                if code < 0:  # cancelled: kill what no one supervises any more
-                    with contextlib.suppress(RuntimeFailure):
-                        await self.d.runtime.kill(c.id, signal.SIGKILL)
-                    with trio.move_on_after(5):
-                        code = await wait_pid(live.pid)
-                if writer is not None:
-                    writer.close()
-                if pipes is not None:
-                    await pipes.aclose()
-                if live.console is not None:
-                    await live.console.aclose()
-                c.hub.end_run()
-                oom = self._oom_killed(c)
-                await self.teardown(c)
-                await self._exited(c, code, oom)
-                live.exited.set()
-        if c.host_config.get("AutoRemove"):
-            await self.d.auto_remove(c)
-            return
-        await self._maybe_restart(c, code)
-
-    async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                     writer: JsonLogWriter | None) -> int:
-        sources: list[tuple[Any, str]] = (
-            [(pipes.stdout, "stdout"), (pipes.stderr, "stderr")] if pipes is not None
-            else [(live.console, "stdout")])
-        async with trio.open_nursery() as nursery:
-            done: list[trio.Event] = []
-            for stream, name in sources:
-                ev = trio.Event()
-                done.append(ev)
-                nursery.start_soon(_copy_output, stream, name, writer, c.hub, ev)
-            code = await wait_pid(live.pid)
-            with trio.move_on_after(DRAIN_SECONDS):
-                for ev in done:
-                    await ev.wait()
-            nursery.cancel_scope.cancel()
-        return code
-
-    def _oom_killed(self, c: Container) -> bool:
-        """Whether the kernel's OOM killer acted in the container's memory cgroup."""
-        try:
-            text = self.d.cgroups.read("memory", self.cgroup_of(c), "memory.oom_control")
-        except OSError:
-            return False
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value) > 0
-        return False
-
-    async def _exited(self, c: Container, code: int, oom: bool) -> None:
-        c.live = None
-        st = c.state
-        st.status, st.pid, st.exit_code, st.finished_ns = State.EXITED, 0, code, now_ns()
-        st.oom_killed = oom
-        await self.d.save(c)
-        if oom:
-            self.event(c, "oom")
-        self.event(c, "die", exitCode=str(code))
-        c.notify()
-
-    def wants_restart(self, c: Container, code: int) -> bool:
-        rp = c.host_config.get("RestartPolicy") or {}
-        name = rp.get("Name") or "no"
-        if c.manually_stopped or c.state.status is State.REMOVING or name == "no":
-            return False
-        if name in ("always", "unless-stopped"):
-            return True
-        if name == "on-failure" and code != 0:
-            limit = int(rp.get("MaximumRetryCount") or 0)
-            return limit == 0 or c.restart_count < limit
-        return False
-
-    async def _maybe_restart(self, c: Container, code: int) -> None:
-        """The restart policy's loop: wait the back-off delay, then launch again."""
-        if not self.wants_restart(c, code):
-            return
-        delay = min(RESTART_DELAY * (2 ** c.restart_count), RESTART_DELAY_MAX)
-        c.state.status = State.RESTARTING
-        await self.d.save(c)
-        c.notify()
-        with trio.CancelScope() as scope:
-            c.restart_scope = scope
-            await trio.sleep(delay)
-        c.restart_scope = None
-        async with c.lock:
-            if scope.cancelled_caught or not self.wants_restart(c, code):
-                if c.state.status is State.RESTARTING:
-                    c.state.status = State.EXITED
-                    await self.d.save(c)
-                    c.notify()
-                return
-            c.restart_count += 1
-            try:
-                await self.launch(c)
-            except (SvcError, OSError) as exc:
-                log.error("restarting container %s failed: %s", c.short_id, exc)
-                c.state.status = State.EXITED
-                await self.d.save(c)
-                c.notify()
-                return
-            self.event(c, "restart")
-
-
 # Mount points runc needs, present in a lower layer so that they never show up in the
 # container's changes, export or commit (moby's "-init" layer).
 INIT_DIRS = ("dev", "dev/pts", "dev/shm", "dev/mqueue", "proc", "sys", "etc")
@@ -476,38 +335,6 @@ def make_init_layer(path: Path) -> None:
     for f in INIT_FILES:
         (path / f).touch(mode=0o644 if not f.startswith("dev/") else 0o600)
     done.touch()
-
-
-def _open_log(c: Container) -> JsonLogWriter | None:
-    if c.log_driver() != "json-file":
-        return None
-    opts = (c.host_config.get("LogConfig") or {}).get("Config") or {}
-    max_size, max_file, compress = parse_log_opts(opts)
-    return JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
-
-
-async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub: OutputHub,
-                       done: trio.Event) -> None:
-    """Copy one output stream to the log and the attached clients until EOF (a pty master
-    reports EIO at the end). Each log write is handed to the ``logs -f`` taps in the same
-    step, with the writer's position after it."""
-    code = STDOUT if name == "stdout" else STDERR
-    try:
-        async with aclosing(output_chunks(stream)) as chunks:
-            async for chunk in chunks:
-                if writer is not None:
-                    ts = time.time_ns()
-                    made = writer.write(name, chunk, ts, records=bool(hub.taps))
-                    if hub.taps:
-                        hub.logged(Tapped(code, chunk, ts, *writer.position(), records=made))
-                await hub.publish(code, chunk)
-    finally:
-        if writer is not None:
-            ts = time.time_ns()
-            writer.flush(ts, name)  # this stream's unfinished line: the other may go on
-            if hub.taps:
-                hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
-        done.set()
 
 
 def _image_dir(rootfs: Path, destination: str) -> Path | None:
