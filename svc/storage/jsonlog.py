@@ -27,11 +27,9 @@ import codecs
 import contextlib
 import io
 import os
-import re
 import time
 import weakref
 import zlib
-from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -159,66 +157,6 @@ def records_of(data: bytes) -> Records:
         groups.append(([rest[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)], False))
         rest = rest[end:]
     return groups, rest
-
-
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?) ?(?:([kmgtp])(?:i?b)?|b)?$", re.IGNORECASE)
-_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
-_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
-          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
-# dockerd accepts these too; they only add "attrs" to records, which this writer leaves out.
-_ACCEPTED = {"max-size", "max-file", "compress", "labels", "labels-regex", "env", "env-regex",
-             "tag"}
-
-
-def parse_size(value: str) -> int:
-    """A ``max-size`` value in bytes, as go-units ``FromHumanSize`` reads it (``10m`` = 10^7).
-
-    Raises:
-        ValueError: ``invalid size: '<value>'`` (go-units' message).
-    """
-    m = _SIZE_RE.match(value)
-    if not m:
-        raise ValueError(f"invalid size: '{value}'")
-    unit = (m.group(2) or "").lower()
-    return int(float(m.group(1)) * _UNITS.get(unit, 1))
-
-
-def parse_log_opts(config: Mapping[str, str]) -> tuple[int | None, int, bool]:
-    """Validate json-file ``--log-opt`` values into ``(max_size, max_file, compress)``.
-
-    Checks and messages are moby's (``ValidateLogOpt`` and ``jsonfilelog.New``).
-
-    Raises:
-        ValueError: an unknown key, a malformed or out-of-range value, or ``compress`` without
-            rotation.
-    """
-    for key in config:
-        if key not in _ACCEPTED:
-            raise ValueError(f"unknown log opt '{key}' for json-file log driver")
-    max_size: int | None = None
-    if "max-size" in config:
-        max_size = parse_size(config["max-size"])
-        if max_size <= 0:
-            raise ValueError("max-size must be a positive number")
-    max_file = 1
-    if "max-file" in config:
-        raw = config["max-file"]
-        if not re.fullmatch(r"[+-]?\d+", raw):
-            raise ValueError(f'strconv.Atoi: parsing "{raw}": invalid syntax')
-        max_file = int(raw)
-        if max_file < 1:
-            raise ValueError("max-file cannot be less than 1")
-    compress = False
-    if "compress" in config:
-        raw = config["compress"]
-        if raw not in _BOOLS:
-            raise ValueError(f'strconv.ParseBool: parsing "{raw}": invalid syntax')
-        compress = _BOOLS[raw]
-        if compress and (max_file == 1 or max_size is None):
-            raise ValueError(
-                "compress cannot be true when max-file is less than 2 or max-size is not set"
-            )
-    return max_size, max_file, compress
 
 
 def rotated_name(path: Path, index: int, compressed: bool) -> Path:

@@ -18,11 +18,10 @@ from svc.storage.jsonlog import (
     JsonLogWriter,
     encode_record,
     format_time,
-    parse_log_opts,
-    parse_size,
     records_of,
 )
 from svc.storage.logfollow import follow, follow_framed
+from svc.storage.logopts import parse_log_opts, parse_size
 from svc.storage.logparse import LogRecord
 from svc.storage.logreader import log_files, read_framed, read_logs
 from svc.wire.stdcopy import FrameDecoder
