@@ -3,6 +3,7 @@ process alone (``svc.memory``), measured on this process's own RSS."""
 
 from __future__ import annotations
 
+import resource
 from functools import partial
 
 import pytest
@@ -53,3 +54,23 @@ async def test_a_quiet_process_is_not_trimmed() -> None:
     with trio.move_on_after(0.6):
         await scavenge(heap, interval=0.05, slack=8 * MiB)
     assert heap.trims == 0
+
+
+def test_a_tuned_heap_reuses_freed_stream_buffers() -> None:
+    """What ``logs -f`` does per chunk (a read, its records joined, its frames) must not fault
+    in fresh pages each time once the thresholds are fixed."""
+    heap = counting_heap()
+    assert heap.tune()
+
+    def stream(chunks: int) -> None:
+        for _ in range(chunks):
+            read = b"z" * (1 << 20)
+            joined = read + b"x" * (70 << 10)
+            frames = joined + b"y" * (8 << 10)
+            del read, joined, frames
+
+    stream(5)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    stream(100)  # 300 MB through the heap
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 1000, f"{faults} page faults: freed buffers were given back and refetched"
