@@ -27,7 +27,6 @@ Where the C library is not glibc, there is nothing to call and the scavenger ret
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -63,9 +62,8 @@ class Heap:
     @classmethod
     def open(cls) -> Heap | None:
         """The process's glibc heap, or None when the C library has no ``mallinfo2``."""
-        name = ctypes.util.find_library("c")
-        try:
-            return cls(ctypes.CDLL(name))
+        try:  # the process's own symbols, as runtime/process.py opens them: no library search
+            return cls(ctypes.CDLL(None))
         except (OSError, AttributeError):
             return None
 

@@ -18,7 +18,7 @@ import os
 import shutil
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,7 @@ class RunnerDeps:
     resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
     volumes: VolumeService
     networks: NetworkService
-    launches: Launches = field(default_factory=Launches)  # what the orphan reaper waits for
+    launches: Launches  # launches in flight, which the orphan reaper waits out
 
 
 class Runner(Supervision):

@@ -26,7 +26,7 @@ from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.process import host_capabilities, reap_orphans, set_subreaper
+from svc.runtime.process import Launches, host_capabilities, reap_orphans, set_subreaper
 from svc.runtime.runc import Runc
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
@@ -69,6 +69,7 @@ class Engine:
                                        list(config.dns))
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
+        self.launches = Launches()  # shared by the runner and the orphan reaper
         deps = RunnerDeps(
             runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
@@ -76,7 +77,7 @@ class Engine:
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove,
             resolve=lambda ref: self.containers.resolve(ref), volumes=self.volumes,
-            networks=self.networks)
+            networks=self.networks, launches=self.launches)
         self.containers = ContainerService(config.root, deps, None)
         self.volumes.referrers = self.containers.volume_users
         self._nursery: trio.Nursery | None = None
@@ -110,8 +111,7 @@ class Engine:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
-            await nursery.start(reap_orphans, self.containers.waited_pids,
-                                self.containers.runner.d.launches)
+            await nursery.start(reap_orphans, self.containers.waited_pids, self.launches)
             await nursery.start(self.containers.stats.run)
             try:
                 await self.networks.setup()
