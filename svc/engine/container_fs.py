@@ -32,14 +32,15 @@ from svc.engine.container import Container
 from svc.engine.container_run import Runner
 from svc.engine.container_state import State
 from svc.engine.images import Image, ImageService
-from svc.errors import Forbidden, InvalidParameter, NotFound, SvcError
+from svc.errors import Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.storage.layerproduce import produce_layer
 from svc.storage.tarformat import OPAQUE_XATTR
 
-HELPER = [sys.executable, "-m", "svc.storage.chroot_archive"]
+# -I: no PYTHON* variables, no user site; the helper is exec'd, never forked from the daemon.
+HELPER = [sys.executable, "-I", "-m", "svc.storage.chroot_archive"]
 READ = 1 << 16
 KINDS: dict[str, type[SvcError]] = {"not_found": NotFound, "invalid": InvalidParameter,
-                                    "forbidden": Forbidden}
+                                    "forbidden": Forbidden, "system": SystemError_}
 
 
 def _error(stderr: bytes, fallback: str) -> SvcError:

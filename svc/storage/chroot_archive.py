@@ -4,7 +4,10 @@ The daemon runs this module as a child process (``python -m svc.storage.chroot_a
 ``chroot``s into the container's root before it touches anything: every symlink, ``..`` and
 absolute path then resolves inside the container, whatever the container does meanwhile (the
 race that resolving on the host and then opening leaves open, moby's CVE-2018-15664, cannot
-happen). Everything Python needs after the chroot is imported before it.
+happen). Before it acts, ``svc.storage.confine`` seals it in: no network, no imports after the
+chroot, only the capabilities the operation needs. Names are never looked up (glibc would load
+the container's NSS modules, CVE-2019-14271): members carry numeric ids only, as moby's
+``FileInfoHeaderNoLookups`` writes them, and extraction uses the numeric ids.
 
 Operations (argv: ``<op> <root> <path> [options]``):
 
@@ -22,16 +25,22 @@ Errors: exit code 2 and one JSON line on stderr, ``{"kind": "not_found" | "inval
 
 from __future__ import annotations
 
-import grp  # noqa: F401 - tarfile looks names up after the chroot
+import bz2  # noqa: F401 - tarfile's "r|*" imports these lazily; after the chroot it cannot
 import json
+import lzma  # noqa: F401
 import os
 import posixpath
-import pwd  # noqa: F401
 import stat
 import sys
 import tarfile
+import zlib  # noqa: F401
 from datetime import UTC, datetime
-from functools import partial
+
+from svc.storage.confine import READ_CAPS, WRITE_CAPS, ConfineError, confine
+
+# tarfile looks names up with pwd/grp when they are importable: never inside a container.
+tarfile.pwd = None  # type: ignore[attr-defined]
+tarfile.grp = None  # type: ignore[attr-defined]
 
 GO_DIR = 1 << 31
 GO_SYMLINK = 1 << 27
@@ -123,15 +132,35 @@ def _system(path: str) -> bool:
     return any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
 
 
-def _skip_system(info: tarfile.TarInfo, base: str, arc_prefix: str) -> tarfile.TarInfo | None:
-    """tarfile filter: keep /proc, /sys and /dev as empty directories (their contents belong
-    to the kernel, not to the container's files)."""
-    rel = info.name[len(arc_prefix):].lstrip("/") if arc_prefix else info.name
-    full = posixpath.join(base, rel) if rel not in ("", ".") else base
-    for d in SYSTEM_DIRS:
-        if full.startswith(d + "/"):
-            return None
-    return info
+def _add_tree(tar: tarfile.TarFile, path: str, arcname: str) -> None:
+    """Add ``path`` and everything below it, depth first in name order, without recursion
+    (a tree may be thousands of levels deep). /proc, /sys and /dev go in as empty directories:
+    their contents belong to the kernel, not to the container's files. An entry that vanishes
+    meanwhile (a running container) is left out."""
+    stack = [(path, arcname)]
+    while stack:
+        p, a = stack.pop()
+        try:
+            info = tar.gettarinfo(p, a)
+        except FileNotFoundError:
+            continue
+        if info is None:  # a socket: tar has no type for it
+            continue
+        if info.isreg():
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                tar.addfile(info, f)
+            continue
+        tar.addfile(info)
+        if info.isdir() and not _system(p):
+            try:
+                names = sorted(os.listdir(p), reverse=True)
+            except FileNotFoundError:
+                continue
+            stack += [(posixpath.join(p, n), posixpath.join(a, n)) for n in names]
 
 
 def get(path: str) -> None:
@@ -142,25 +171,20 @@ def get(path: str) -> None:
     info = path_stat(path)
     out = sys.stdout.buffer
     out.write(json.dumps(info).encode() + b"\n")
-    contents_only = target.endswith("/.")
     with _tar_out() as tar:
-        if contents_only:
+        if target.endswith("/."):
             base = target[:-2] or "/"
             for name in sorted(os.listdir(base)):
-                src = posixpath.join(base, name)
-                tar.add(src, arcname=name, filter=partial(_skip_system, base=src,
-                                                          arc_prefix=name))
+                _add_tree(tar, posixpath.join(base, name), name)
         else:
-            tar.add(target, arcname=str(info["name"]),
-                    filter=partial(_skip_system, base=target, arc_prefix=str(info["name"])))
+            _add_tree(tar, target, str(info["name"]))
     out.flush()
 
 
 def export() -> None:
     with _tar_out() as tar:
         for name in sorted(os.listdir("/")):
-            tar.add("/" + name, arcname=name,
-                    filter=partial(_skip_system, base="/" + name, arc_prefix=name))
+            _add_tree(tar, "/" + name, name)
     sys.stdout.buffer.flush()
 
 
@@ -216,18 +240,20 @@ def _readonly(path: str) -> bool:
 def main(argv: list[str]) -> int:
     op, root = argv[0], argv[1]
     try:
-        os.chroot(root)
-        os.chdir("/")
+        if op not in ("stat", "get", "put", "export"):
+            raise Failure("invalid", f"unknown operation {op}")
+        try:
+            confine(root, WRITE_CAPS if op == "put" else READ_CAPS)
+        except (ConfineError, OSError) as exc:
+            raise Failure("system", f"cannot enter the container's root: {exc}") from None
         if op == "stat":
             sys.stdout.write(json.dumps(path_stat(argv[2])) + "\n")
         elif op == "get":
             get(argv[2])
         elif op == "put":
             put(argv[2], "--no-overwrite-dir-non-dir" in argv[3:])
-        elif op == "export":
-            export()
         else:
-            raise Failure("invalid", f"unknown operation {op}")
+            export()
     except Failure as exc:
         sys.stderr.write(json.dumps({"kind": exc.kind, "message": str(exc)}) + "\n")
         return 2
@@ -242,6 +268,10 @@ def main(argv: list[str]) -> int:
         return 3
     except OSError as exc:
         sys.stderr.write(json.dumps({"kind": "invalid", "message": str(exc)}) + "\n")
+        return 2
+    except Exception as exc:  # never a traceback to the client: one line naming the cause
+        sys.stderr.write(json.dumps({"kind": "invalid", "message":
+                                     f"{type(exc).__name__}: {exc}"}) + "\n")
         return 2
     return 0
 
