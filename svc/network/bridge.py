@@ -18,6 +18,8 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from svc.network.netns import in_netns
+
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 IFNAME_MAX = 15
 
@@ -101,20 +103,7 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
             inner = ip.link_lookup(ifname=peer)[0]
             ip.link("set", index=host, master=br[0], state="up")
             ip.link("set", index=inner, net_ns_pid=pid)
-        with IPRoute(netns=f"/proc/{pid}/ns/net") as ns:
-            idx = ns.link_lookup(ifname=peer)[0]
-            ns.link("set", index=idx, ifname=ep.ifname, address=ep.mac)
-            ns.addr("add", index=idx, address=ep.address, prefixlen=ep.prefixlen)
-            if ep.address6:
-                ns.addr("add", index=idx, address=ep.address6, prefixlen=ep.prefixlen6,
-                        family=10, flags=IFA_F_NODAD)
-            ns.link("set", index=idx, state="up")
-            for lo in ns.link_lookup(ifname="lo"):
-                ns.link("set", index=lo, state="up")
-            if default_route:
-                ns.route("add", dst="default", gateway=ep.gateway)
-                if ep.gateway6:
-                    ns.route("add", dst="::/0", gateway=ep.gateway6, family=10)
+        in_netns(pid, lambda: _configure_inside(peer, ep, default_route))
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
         raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "
@@ -122,6 +111,24 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
     except NetworkError:
         detach(ep.host_if)
         raise
+
+
+def _configure_inside(peer: str, ep: Endpoint, default_route: bool) -> None:
+    """In the container's namespace: name, MAC and addresses of its end, lo up, routes."""
+    with IPRoute() as ns:
+        idx = ns.link_lookup(ifname=peer)[0]
+        ns.link("set", index=idx, ifname=ep.ifname, address=ep.mac)
+        ns.addr("add", index=idx, address=ep.address, prefixlen=ep.prefixlen)
+        if ep.address6:
+            ns.addr("add", index=idx, address=ep.address6, prefixlen=ep.prefixlen6,
+                    family=10, flags=IFA_F_NODAD)
+        ns.link("set", index=idx, state="up")
+        for lo in ns.link_lookup(ifname="lo"):
+            ns.link("set", index=lo, state="up")
+        if default_route:
+            ns.route("add", dst="default", gateway=ep.gateway)
+            if ep.gateway6:
+                ns.route("add", dst="::/0", gateway=ep.gateway6, family=10)
 
 
 def detach(host_if: str) -> None:

@@ -1,8 +1,8 @@
 """The embedded DNS server's parts: a UDP socket bound inside a container's network namespace,
 and the little of RFC 1035 it needs (a query's question; an answer of A records).
 
-Blocking where it touches namespaces (``udp_socket_in`` forks a helper through pyroute2, so no
-thread of the daemon ever changes its namespace).
+Blocking where it touches namespaces (``udp_socket_in`` makes the socket in a thread of its own
+that enters the namespace and ends, see ``svc.network.netns``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from pyroute2.netns import create_socket
+from svc.network.netns import in_netns
 
 ADDRESS = "127.0.0.11"
 PORT = 53
@@ -37,14 +37,16 @@ class Question:
 
 def udp_socket_in(pid: int, address: str = ADDRESS, port: int = PORT) -> socket.socket:
     """A UDP socket of the network namespace of ``pid``, bound to ``address:port`` there."""
-    sock: socket.socket = create_socket(f"/proc/{pid}/ns/net", socket.AF_INET,
-                                        socket.SOCK_DGRAM)
-    try:
-        sock.bind((address, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.bind((address, port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    return in_netns(pid, make)
 
 
 def parse_query(msg: bytes) -> Question:
