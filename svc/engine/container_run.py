@@ -15,10 +15,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from svc.runtime.mounts import mount_overlay, unmount
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
+from svc.storage.fsutil import remove_tree
 from svc.storage.securejoin import mkdir_all, secure_join
 
 log = logging.getLogger("svc.engine.containers")
@@ -137,11 +138,11 @@ class Runner(Supervision):
         try:
             await self.d.runtime.start(c.id)
         except RuntimeFailure as exc:
+            code, err = start_failure(exc)
+            live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``
             with contextlib.suppress(RuntimeFailure):
                 await self.d.runtime.kill(c.id, signal.SIGKILL)
             await live.exited.wait()
-            code, err = start_failure(exc)
-            await self._record_failure(c, code, str(exc))
             raise err from None
         st = c.state
         st.status, st.pid, st.started_ns = State.RUNNING, live.pid, now_ns()
@@ -152,9 +153,13 @@ class Runner(Supervision):
         self.event(c, "start")
 
     async def _record_failure(self, c: Container, code: int, message: str) -> None:
+        """A start that failed before the process ran: the exit code and error recorded, and
+        ``die`` sent as dockerd sends it (below API 1.25 the CLI's ``run --rm`` removes the
+        container when it sees ``die`` and waits for ``destroy``)."""
         c.state.exit_code, c.state.error = code, message
         await self.d.save(c)
         c.notify()
+        self.event(c, "die", exitCode=str(code))
 
     async def _create(self, c: Container) -> tuple[Live, ContainerPipes | None]:
         await self.mount(c)
@@ -314,7 +319,7 @@ class Runner(Supervision):
             await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
         if c.fs_users == 0:  # else the last archive reader unmounts
             await self.unmount(c)
-        await trio.to_thread.run_sync(shutil.rmtree, self.bundle_dir(c), True)
+        await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
 
     async def unmount(self, c: Container) -> None:
         await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)

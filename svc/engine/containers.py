@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 from collections.abc import AsyncIterator, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
 from svc.runtime.protocol import RuntimeFailure
+from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -178,7 +179,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             self.names.pop(full, None)
             self.containers.pop(cid, None)
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
+                await trio.to_thread.run_sync(partial(remove_tree, c.dir, ignore_errors=True))
                 await self._drop_anonymous(c)
             raise
         self.runner.event(c, "create")
@@ -338,7 +339,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             # even while an archive reader holds it: the overlay is detached (lazily, if
             # busy) before its directory goes, so rmtree never walks into a mounted tree
             await self.runner.unmount(c)
-            await trio.to_thread.run_sync(shutil.rmtree, c.dir, True)
+            await trio.to_thread.run_sync(partial(remove_tree, c.dir, ignore_errors=True))
             await self.deps.delete(c)
             self.execs.forget(c)
             self.stats.forget(c)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from svc.errors import InvalidParameter
+from svc.storage.fsutil import remove_tree
 from svc.storage.layerworker import Hasher, Worker
 from svc.storage.skeleton import SkeletonWriter
 from svc.storage.tarformat import (
@@ -179,7 +179,7 @@ class _Applier:
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)
+            remove_tree(path)
             prefix = rel + b"/"
             self._dirs = {d for d in self._dirs if d != rel and not d.startswith(prefix)}
             for gone in [d for d in self._dir_times if d == rel or d.startswith(prefix)]:

@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, BinaryIO
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.storage.atomic import atomic_remove, atomic_write, fsync_dir
 from svc.storage.compression import open_decompressed
+from svc.storage.fsutil import remove_tree
 from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
 
 log = logging.getLogger("svc.storage.layers")
@@ -81,7 +81,7 @@ def _hex(chain_id: str) -> str:
 
 def _remove_tree(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path)
+        remove_tree(path)
 
 
 class LayerStore:

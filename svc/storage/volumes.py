@@ -7,9 +7,10 @@ Blocking; the engine calls these from worker threads.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
+
+from svc.storage.fsutil import remove_tree
 
 DATA = "_data"
 
@@ -31,7 +32,7 @@ def create(root: Path, name: str) -> Path:
 
 def remove(root: Path, name: str) -> None:
     """Delete the volume's directories and files (nothing mounted may be left in them)."""
-    shutil.rmtree(root / name, ignore_errors=True)
+    remove_tree(root / name, ignore_errors=True)
 
 
 def is_empty(path: Path) -> bool:
