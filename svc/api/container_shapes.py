@@ -177,6 +177,8 @@ def _summary(c: Container, names: list[str], version: Version,
     net = network_settings(c)
     port_list = []
     for key, entries in sorted((net.Ports or {}).items()):
+        if not ports.valid_port(key):
+            continue
         private, proto = ports.parse_port(key)
         for e in entries or [None]:
             port_list.append(PortBody(PrivatePort=private, Type=proto,
@@ -210,6 +212,16 @@ def _summary(c: Container, names: list[str], version: Version,
     if version < (1, 17):
         body.pop("Labels")
     return body
+
+
+def fallback_summary(c: Container, names: list[str]) -> dict[str, Any]:
+    """What the list shows of a container whose record cannot be shaped in full (reported
+    in the log): the fields that need nothing but the record's identity."""
+    return {"Id": c.id, "Names": names, "Image": str(c.config.get("Image") or c.image_id),
+            "ImageID": c.image_id, "Command": "", "Created": c.created_ns // 10**9,
+            "Ports": [], "Labels": {}, "State": c.state.status.value, "Status": _status(c),
+            "HostConfig": {"NetworkMode": "default"}, "NetworkSettings": {"Networks": {}},
+            "Mounts": []}
 
 
 _NET_ZERO = {k: 0 for k in ("rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "tx_bytes",

@@ -62,6 +62,7 @@ class Live:
     console: Any = None  # runtime.process.Console for a TTY container
     stdin: Any = None  # the daemon's end of the stdin pipe (OpenStdin without TTY)
     log: JsonLogWriter | None = None  # this run's json-file writer (logs -f taps behind it)
+    start_failure: tuple[int, str] | None = None  # (exit code, error) of a start runc refused
 
 
 @dataclass

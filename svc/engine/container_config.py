@@ -13,6 +13,7 @@ import re
 import signal
 from typing import Any
 
+from svc.engine.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
@@ -66,6 +67,10 @@ def merge_config(body: CreateBody, image_config: dict[str, Any],
     for key in ("User", "WorkingDir", "StopSignal"):
         if not cfg.get(key) and img.get(key):
             cfg[key] = img[key]
+    for spec in cfg.get("ExposedPorts") or {}:
+        parse_port(spec)  # 400 now, never a list that cannot be shown later
+    img = dict(img, ExposedPorts={k: v for k, v in (img.get("ExposedPorts") or {}).items()
+                                  if valid_port(k)} or None)
     for key in ("ExposedPorts", "Volumes"):
         merged = dict(img.get(key) or {})
         merged.update(cfg.get(key) or {})

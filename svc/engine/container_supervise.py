@@ -88,12 +88,15 @@ class Supervision:
                 c.hub.end_run()
                 oom = self._oom_killed(c)
                 await self.teardown(c)
+                if live.start_failure is not None:
+                    code, c.state.error = live.start_failure
                 await self._exited(c, code, oom)
                 live.exited.set()
         if c.host_config.get("AutoRemove"):
             await self.d.auto_remove(c)
             return
-        await self._maybe_restart(c, code)
+        if live.start_failure is None:  # a start that failed is the caller's error, no restart
+            await self._maybe_restart(c, code)
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
                      writer: JsonLogWriter | None) -> int:

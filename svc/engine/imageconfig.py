@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from svc.engine.ports import parse_port
 from svc.errors import InvalidParameter
 from svc.version import SVC_VERSION
 from svc.wire.timefmt import rfc3339_nano
@@ -110,10 +111,11 @@ def apply_changes(config: dict[str, Any], changes: Iterable[str]) -> dict[str, A
         elif command == "EXPOSE":
             ports = dict(config.get("ExposedPorts") or {})
             for p in rest.split():
-                port, _, proto = p.partition("/")
-                if not port.isdigit() or proto not in ("", "tcp", "udp"):
-                    raise InvalidParameter(f"EXPOSE: invalid port {p!r}")
-                ports[f"{port}/{proto or 'tcp'}"] = {}
+                try:
+                    port, proto = parse_port(p)
+                except InvalidParameter:
+                    raise InvalidParameter(f"EXPOSE: invalid port {p!r}") from None
+                ports[f"{port}/{proto}"] = {}
             config["ExposedPorts"] = ports
         elif command == "VOLUME":
             vols = dict(config.get("Volumes") or {})

@@ -20,6 +20,14 @@ def parse_port(spec: str) -> tuple[int, str]:
     return int(port), proto
 
 
+def valid_port(spec: str) -> bool:
+    try:
+        parse_port(spec)
+    except InvalidParameter:
+        return False
+    return True
+
+
 def _host_range(text: str, key: str) -> tuple[int, int]:
     if not text:
         return 0, 0
@@ -60,10 +68,10 @@ def bindings(host_config: dict[str, Any], config: dict[str, Any]) -> list[Bindin
 
 
 def exposed(host_config: dict[str, Any], config: dict[str, Any]) -> list[tuple[int, str]]:
-    """Every port the container exposes or publishes, sorted."""
-    ports = {parse_port(k) for k in config.get("ExposedPorts") or {}}
-    ports |= {parse_port(k) for k in host_config.get("PortBindings") or {}}
-    return sorted(ports)
+    """Every port the container exposes or publishes, sorted. Both were checked at create; a
+    key that does not parse (a record of an older svc) is left out, never fails a list."""
+    keys = [*(config.get("ExposedPorts") or {}), *(host_config.get("PortBindings") or {})]
+    return sorted({parse_port(k) for k in keys if valid_port(k)})
 
 
 def port_map(host_config: dict[str, Any], config: dict[str, Any],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -41,6 +42,7 @@ from svc.models.containers import (
 )
 from svc.wire.timefmt import parse_timestamp_ns
 
+log = logging.getLogger("svc.api")
 bp = Blueprint("containers", __name__)
 RAW_STREAM = "application/vnd.svc.raw-stream"
 
@@ -81,7 +83,12 @@ async def list_containers() -> Response:
     out = []
     for c in found:
         sizes = await svc.sizes(c) if size else None
-        out.append(shapes.summary(c, [c.name, *aliases.get(c.id, [])], version, sizes))
+        names = [c.name, *aliases.get(c.id, [])]
+        try:
+            out.append(shapes.summary(c, names, version, sizes))
+        except Exception:  # one misshapen record never fails the list for everyone
+            log.exception("container %s cannot be listed in full", c.id)
+            out.append(shapes.fallback_summary(c, names))
     return json_response(out)
 
 
