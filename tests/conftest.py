@@ -42,6 +42,7 @@ def daemon() -> Iterator[Daemon]:
         yield d
         code = d.stop()
         assert code == 0, f"svcd exited with {code}:\n{d.log()}"
+        assert not d.forked_without_exec(), d.log()
         assert not d.sock.exists(), "the socket must be removed on shutdown"
     finally:
         d.cleanup()

@@ -33,6 +33,7 @@ def cdaemon() -> Iterator[Daemon]:
                        headers={"Content-Type": "application/x-tar"})
             assert r.status_code == 200 and "error" not in r.text, r.text
         yield d
+        assert not d.forked_without_exec(), d.log()
     finally:
         d.cleanup()
 

@@ -135,6 +135,10 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
+    def forked_without_exec(self) -> bool:
+        """Whether the (test) daemon reported a fork not followed by an exec."""
+        return "svcd forked without exec" in self.log()
+
     def cleanup(self) -> None:
         """Kill the daemon and remove whatever its containers left: runc state (and so their
         processes), mounts, cgroups. Safe to call after a failed test."""
