@@ -96,7 +96,7 @@ class Engine:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
         self.volumes.open(self.records["volumes"])
-        for nid, rec in self.networks.open(self.records["networks"]):
+        for nid, rec in self.networks.open(self.records["networks"], self.engine_id):
             self.store.put("networks", nid, rec)
             self.records["networks"][nid] = rec
         self.containers.knobs = self._probe_knobs()

@@ -14,8 +14,14 @@ addresses freed; a crash leaves nothing, as a namespace's veths die with it.
 
 iptables, as dockerd: each non-internal network masquerades its subnet's outbound traffic and
 is forwarded; an internal one is cut off from everything but itself; traffic between two of
-our bridges is dropped (isolation). IPv4 forwarding is turned on at start. The rules go at
-shutdown or when the network is removed.
+our bridges is dropped (isolation, two rules per network). Every rule is marked as this
+daemon's (``svc.network.firewall``) and changed in one batch per operation. IPv4 forwarding is
+turned on at start. The rules go at shutdown or when the network is removed.
+
+Crashes: every bridge carries an ifalias naming the daemon and its network, so a start
+deletes the bridges no record names (a create cut off by SIGKILL) and reconciles the rules:
+a network's missing rules come back, the rules of networks and published ports that are gone
+are removed.
 
 Events: network create, connect, disconnect, destroy.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,11 +50,36 @@ from svc.engine.network_ipam import (
 )
 from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
+from svc.network import netrules
+from svc.network.firewall import Firewall, FirewallError, Rule, owner_of
 from svc.network.proxy import Binding, PortInUse, PortProxy
 
 log = logging.getLogger("svc.networks")
 
 BUILTIN = (("bridge", "bridge"), ("host", "host"), ("none", "null"))
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+NAME_MAX = 255
+BRIDGE_NAME = "com.docker.network.bridge.name"
+IFNAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
+
+
+def check_network_name(name: str) -> None:
+    if not name:
+        raise InvalidParameter("Name is required: the network's name")
+    if len(name) > NAME_MAX or not NAME_RE.match(name):
+        shown = name[:64] + ("..." if len(name) > 64 else "")
+        raise InvalidParameter(f"invalid network name {shown!r}: up to {NAME_MAX} characters "
+                               "from [a-zA-Z0-9_.-], starting with a letter or digit")
+
+
+def bridge_name_option(options: dict[str, str] | None) -> str:
+    """The interface name the ``com.docker.network.bridge.name`` option asks for ("" if
+    none), checked as an interface name."""
+    name = str((options or {}).get(BRIDGE_NAME) or "")
+    if name and (not IFNAME_RE.match(name) or name in (".", "..")):
+        raise InvalidParameter(f"invalid {BRIDGE_NAME} {name[:32]!r}: an interface name of 1 "
+                               "to 15 characters from [a-zA-Z0-9_.-]")
+    return name
 
 
 class NetworkService:
@@ -67,6 +99,8 @@ class NetworkService:
         self._proxy_nets: dict[str, tuple[Network, EndpointInfo]] = {}
         self._lock = trio.Lock()
         self.dns = EmbeddedDNS(self._lookup, list(dns or []))
+        self.owner = ""
+        self.firewall = Firewall("unset")
 
     def _lookup(self, cid: str, name: str) -> list[str] | None:
         """Addresses, on the user networks ``cid`` is on, of the containers called ``name``
@@ -82,8 +116,12 @@ class NetworkService:
                     found.append(info.endpoint.address)
         return found or None
 
-    def open(self, records: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-        """Load the networks; returns records to save for built-in ones seen the first time."""
+    def open(self, records: dict[str, dict[str, Any]],
+             daemon_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """Load the networks; returns records to save for built-in ones seen the first time.
+        ``daemon_id`` marks the bridges and rules this daemon owns."""
+        self.owner = owner_of(daemon_id)
+        self.firewall = Firewall(self.owner)
         by_name = {str(r.get("Name")): (oid, r) for oid, r in records.items()}
         new: list[tuple[str, dict[str, Any]]] = []
         for name, driver in BUILTIN:
@@ -121,30 +159,37 @@ class NetworkService:
         """Every network's bridge, address and rules (at daemon start)."""
         try:
             await trio.to_thread.run_sync(self._setup)
-        except (br.NetworkError, OSError) as exc:
+        except (br.NetworkError, FirewallError, OSError) as exc:
             raise SystemError_(str(exc)) from exc
         self._ready = True
 
     def _setup(self) -> None:
-        stale = br.remove_stale_dnat([n.bridge for n in self._bridges()],
-                                     [n.subnet for n in self._bridges()])
-        if stale:
-            log.info("removed %d published-port rules left by a crash", stale)
-        for net in self._bridges():
+        bridges = self._bridges()
+        for net in bridges:
             br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
-                             net.prefixlen6)
-            br.ensure_rules(self._rules(net))
-        br.ensure_rules(self._isolation())
+                             net.prefixlen6, alias=self._alias(net))
+        known = {n.bridge for n in bridges}
+        for name in br.owned_bridges(f"svc:{self.owner}:"):
+            if name not in known:
+                log.info("removing the bridge %s, which no network names (a crash left it)",
+                         name)
+                br.delete_bridge(name)
+        removed = self.firewall.reconcile({"net": self._net_rules(bridges)})
+        if removed:
+            log.info("removed %d iptables rules left by a crash", removed)
         self._forwarding_turned_on = br.enable_forwarding()
 
-    def _rules(self, net: Network) -> list[list[str]]:
-        if net.internal:
-            return br.internal_rules(net.bridge)
-        return br.nat_rules(net.bridge, net.subnet)
+    def _alias(self, net: Network) -> str:
+        return f"svc:{self.owner}:{net.id[:12]}"
 
-    def _isolation(self, nets: list[Network] | None = None) -> list[list[str]]:
-        bridges = [n.bridge for n in (self._bridges() if nets is None else nets)]
-        return br.isolation_rules(bridges)
+    def _net_rules(self, nets: list[Network]) -> list[Rule]:
+        """The ``net`` scope: each network's own rules and the isolation between them."""
+        out: list[Rule] = []
+        for net in nets:
+            out += (netrules.internal_rules(net.bridge) if net.internal
+                    else netrules.nat_rules(net.bridge, net.subnet))
+        return out + netrules.isolation_rules([n.bridge for n in nets], self.firewall.iso1,
+                                              self.firewall.iso2)
 
     async def shutdown(self) -> None:
         """Take the rules away (the bridges stay, as dockerd's do)."""
@@ -154,9 +199,10 @@ class NetworkService:
     def _shutdown(self) -> None:
         if not self._ready:
             return
-        br.remove_rules(self._isolation())
-        for net in self._bridges():
-            br.remove_rules(self._rules(net))
+        try:
+            self.firewall.clear()
+        except FirewallError as exc:
+            log.error("removing the iptables rules: %s", exc)
         if self._forwarding_turned_on:
             br.disable_forwarding()
 
@@ -186,27 +232,32 @@ class NetworkService:
                      gateway6: str = "", ipam_options: dict[str, str] | None = None,
                      ) -> Network:
         """A user bridge network; nothing is left if any step fails."""
-        if not name:
-            raise InvalidParameter("Name is required: the network's name")
+        check_network_name(name)
+        wanted_bridge = bridge_name_option(options)
         if driver not in ("", "bridge"):
             raise NotFound(f"plugin not found: network driver {driver!r} (only bridge)")
         async with self._lock:
             if any(n.name == name for n in self.networks.values()):
                 raise Conflict(f"network with name {name} already exists")
+            if wanted_bridge and any(n.bridge == wanted_bridge for n in self._bridges()):
+                raise Conflict(f"the bridge {wanted_bridge} is used by another network")
             taken = await trio.to_thread.run_sync(self._subnets_in_use)
             net_subnet, net_gateway, net_range = plan_ipam(subnet, ip_range, gateway, taken)
             v6 = plan_ipam6(subnet6, gateway6, [ipaddress.IPv6Network(n.subnet6) for n in
                                                  self.networks.values() if n.subnet6])
             nid = secrets.token_hex(32)
             net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
-                          ip_range=net_range, bridge=f"br-{nid[:12]}", internal=internal,
+                          ip_range=net_range, bridge=wanted_bridge or f"br-{nid[:12]}",
+                          internal=internal,
                           options=dict(options or {}), labels=dict(labels or {}),
                           subnet6=v6[0], gateway6=v6[1],
                           ipam_options=dict(ipam_options or {}))
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(self._make_bridge, net)
-                except (br.NetworkError, OSError) as exc:
+                except br.InterfaceTaken as exc:
+                    raise Conflict(str(exc)) from None
+                except (br.NetworkError, FirewallError, OSError) as exc:
                     await trio.to_thread.run_sync(self._drop_bridge, net)
                     raise SystemError_(str(exc)) from exc
                 await self.save(nid, net.record())
@@ -219,15 +270,13 @@ class NetworkService:
         return nets + br.host_subnets()
 
     def _make_bridge(self, net: Network) -> None:
-        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6)
-        br.ensure_rules(self._rules(net))
-        br.ensure_rules(self._isolation([*self._bridges(), net]))
+        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
+                         alias=self._alias(net))
+        self.firewall.apply("net", self._net_rules([*self._bridges(), net]))
 
     def _drop_bridge(self, net: Network) -> None:
-        others = [n for n in self._bridges() if n.id != net.id]
-        br.remove_rules(br.isolation_rules([net.bridge, *[n.bridge for n in others]]))
-        br.ensure_rules(self._isolation(others))
-        br.remove_rules(self._rules(net))
+        self.firewall.apply("net", self._net_rules([n for n in self._bridges()
+                                                    if n.id != net.id]))
         br.delete_bridge(net.bridge)
 
     async def remove(self, net: Network, in_use: list[str]) -> None:
@@ -315,12 +364,14 @@ class NetworkService:
             raise Conflict(f"driver failed programming external connectivity on endpoint "
                            f"{info.container.lstrip('/')}: {exc}") from None
         if ":" not in info.endpoint.address and not net.internal:
-            rules = self._dnat(net, info, proxy)
+            rules_scope = _ports_scope(cid)
             try:
-                await trio.to_thread.run_sync(br.ensure_rules, rules)
-            except br.NetworkError as exc:
+                await trio.to_thread.run_sync(self.firewall.apply, rules_scope,
+                                              self._dnat(net, info, proxy))
+            except FirewallError as exc:
                 proxy.close()
-                await trio.to_thread.run_sync(br.remove_rules, rules)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.firewall.apply, rules_scope, [])
                 raise SystemError_(str(exc)) from exc
         scope = trio.CancelScope()
         self._proxies[cid] = (proxy, scope)
@@ -334,10 +385,10 @@ class NetworkService:
         await nursery.start(serve)
 
     @staticmethod
-    def _dnat(net: Network, info: EndpointInfo, proxy: PortProxy) -> list[list[str]]:
+    def _dnat(net: Network, info: EndpointInfo, proxy: PortProxy) -> list[Rule]:
         return [rule for b in proxy.bindings if ":" not in b.host_ip
-                for rule in br.dnat_rules(net.bridge, b.proto, b.host_ip, b.host_port,
-                                          info.endpoint.address, b.port)]
+                for rule in netrules.dnat_rules(net.bridge, b.proto, b.host_ip, b.host_port,
+                                                info.endpoint.address, b.port)]
 
     def published(self, cid: str) -> list[Binding] | None:
         found = self._proxies.get(cid)
@@ -351,11 +402,13 @@ class NetworkService:
             proxied = self._proxies.pop(cid, None)
             if proxied is not None:
                 proxied[1].cancel()
-                net_info = self._proxy_nets.pop(cid, None)
-                if net_info is not None:
-                    rules = self._dnat(net_info[0], net_info[1], proxied[0])
+                if self._proxy_nets.pop(cid, None) is not None:
                     with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(br.remove_rules, rules)
+                        try:
+                            await trio.to_thread.run_sync(self.firewall.apply,
+                                                          _ports_scope(cid), [])
+                        except FirewallError as exc:
+                            log.error("removing the port rules of %s: %s", cid[:12], exc)
                 proxied[0].close()
         for net in [only] if only is not None else list(self.networks.values()):
             info = net.endpoints.pop(cid, None)
@@ -369,6 +422,10 @@ class NetworkService:
             if info.attached:
                 self.events.publish("network", "disconnect", net.id,
                                     {"container": cid, "name": net.name, "type": net.driver})
+
+
+def _ports_scope(cid: str) -> str:
+    return f"ports-{cid[:12]}"
 
 
 async def _unset(*args: object) -> None:

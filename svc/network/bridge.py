@@ -1,5 +1,5 @@
-"""Linux bridges and veth pairs through netlink (pyroute2), and the iptables rules that let a
-bridge's containers reach out (masquerade) and be forwarded.
+"""Linux bridges and veth pairs through netlink (pyroute2), and IPv4 forwarding. (The iptables
+rules are built in ``netrules`` and applied by ``firewall``.)
 
 Everything blocks (netlink round trips, iptables runs); the engine calls it from worker
 threads. A container's end of a veth pair lives in the container's network namespace, so it
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,10 @@ IFNAME_MAX = 15
 
 class NetworkError(Exception):
     """A netlink or iptables operation failed; the message names what and why."""
+
+
+class InterfaceTaken(NetworkError):
+    """An interface of the wanted name exists and is not a bridge."""
 
 
 @dataclass(frozen=True)
@@ -53,30 +56,53 @@ IFA_F_NODAD = 0x02  # an IPv6 address usable at once, without duplicate address 
 
 
 def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
-                  prefixlen6: int = 0) -> None:
+                  prefixlen6: int = 0, alias: str = "") -> None:
     """The bridge ``name`` with ``gateway/prefixlen`` (and ``gateway6/prefixlen6``) on it,
-    up; made if missing."""
+    up; made if missing. ``alias`` (the interface's ifalias) marks it as the daemon's, so a
+    start can find the bridges a crash left (``owned_bridges``).
+
+    Raises:
+        NetworkError: ``name`` is another kind of interface, or netlink refused.
+    """
     try:
         with IPRoute() as ip:
             found = ip.link_lookup(ifname=name)
             if not found:
                 ip.link("add", ifname=name, kind="bridge")
                 found = ip.link_lookup(ifname=name)
+            elif _kind(ip, found[0]) != "bridge":
+                raise InterfaceTaken(f"the interface {name} exists and is not a bridge")
             idx = found[0]
-            have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
-                    for a in ip.get_addr(index=idx, family=2)}
-            if (gateway, prefixlen) not in have:
-                ip.addr("add", index=idx, address=gateway, prefixlen=prefixlen)
+            if alias:
+                ip.link("set", index=idx, ifalias=alias)
+            _ensure_addr(ip, idx, gateway, prefixlen, 2)
             if gateway6:
-                have6 = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
-                         for a in ip.get_addr(index=idx, family=10)}
-                if (gateway6, prefixlen6) not in have6:
-                    ip.addr("add", index=idx, address=gateway6, prefixlen=prefixlen6,
-                            family=10, flags=IFA_F_NODAD)
+                _ensure_addr(ip, idx, gateway6, prefixlen6, 10)
             ip.link("set", index=idx, state="up")
     except NetlinkError as exc:
         raise NetworkError(f"setting up the bridge {name} ({gateway}/{prefixlen}) failed: "
                            f"{exc}") from exc
+
+
+def _kind(ip: IPRoute, idx: int) -> str:
+    info = ip.get_links(idx)[0].get_attr("IFLA_LINKINFO")
+    return str(info.get_attr("IFLA_INFO_KIND")) if info is not None else ""
+
+
+def _ensure_addr(ip: IPRoute, idx: int, address: str, prefixlen: int, family: int) -> None:
+    have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+            for a in ip.get_addr(index=idx, family=family)}
+    if (address, prefixlen) not in have:
+        extra = {"family": 10, "flags": IFA_F_NODAD} if family == 10 else {}
+        ip.addr("add", index=idx, address=address, prefixlen=prefixlen, **extra)
+
+
+def owned_bridges(alias_prefix: str) -> dict[str, str]:
+    """The bridges whose ifalias starts with ``alias_prefix``: name -> alias."""
+    with IPRoute() as ip:
+        return {str(link.get_attr("IFLA_IFNAME")): str(link.get_attr("IFLA_IFALIAS"))
+                for link in ip.get_links()
+                if str(link.get_attr("IFLA_IFALIAS") or "").startswith(alias_prefix)}
 
 
 def delete_bridge(name: str) -> None:
@@ -148,118 +174,11 @@ def links_on(bridge: str) -> list[str]:
                 if link.get_attr("IFLA_MASTER") == br[0]]
 
 
-# -- iptables ---------------------------------------------------------------------------------
-
-
-def nat_rules(bridge: str, subnet: str) -> list[list[str]]:
-    """dockerd's rules for a bridge: masquerade what leaves the host from its subnet, forward
-    to and from it."""
-    return [
-        ["-t", "nat", "POSTROUTING", "-s", subnet, "!", "-o", bridge, "-j", "MASQUERADE"],
-        ["-t", "filter", "FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate",
-         "RELATED,ESTABLISHED", "-j", "ACCEPT"],
-        ["-t", "filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "ACCEPT"],
-        ["-t", "filter", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"],
-    ]
-
-
-def dnat_rules(bridge: str, proto: str, host_ip: str, host_port: int, ip: str,
-               port: int) -> list[list[str]]:
-    """dockerd's rules for a published port beside the userland proxy: traffic to the host
-    port from elsewhere (and from this host to a non-loopback address of its own) is DNATed
-    straight to the container, and accepted on its way into the bridge. Loopback traffic
-    goes through the proxy, so a port bound on a loopback address has no rules."""
-    if host_ip and ipaddress.ip_address(host_ip).is_loopback:
-        return []
-    anywhere = not host_ip or host_ip in ("0.0.0.0", "::")
-    dest = ["-m", "addrtype", "--dst-type", "LOCAL"] if anywhere else ["-d", host_ip]
-    local = ["!", "-d", "127.0.0.0/8"] if anywhere else []
-    to = ["-j", "DNAT", "--to-destination", f"{ip}:{port}"]
-    match = ["-p", proto, "--dport", str(host_port)]
-    return [
-        ["-t", "nat", "PREROUTING", *dest, "!", "-i", bridge, *match, *to],
-        ["-t", "nat", "OUTPUT", *dest, *local, *match, *to],
-        ["-t", "filter", "FORWARD", "-d", ip, "!", "-i", bridge, "-o", bridge, "-p", proto,
-         "--dport", str(port), "-j", "ACCEPT"],
-    ]
-
-
-def remove_stale_dnat(bridges: list[str], subnets: list[str]) -> int:
-    """Delete published-port rules left by a crash: DNATs and per-port ACCEPTs that name one
-    of ``bridges`` or send to an address of ``subnets``. Returns how many went."""
-    nets = [ipaddress.ip_network(n) for n in subnets if n]
-    removed = 0
-    for table, chain in (("nat", "PREROUTING"), ("nat", "OUTPUT"), ("filter", "FORWARD")):
-        listing = subprocess.run(["iptables", "-w", "-t", table, "-S", chain],
-                                 capture_output=True, text=True, check=False).stdout
-        for line in listing.splitlines():
-            words = line.split()
-            if words[:2] != ["-A", chain]:
-                continue
-            if chain == "FORWARD":
-                ours = "--dport" in words and "-d" in words and any(
-                    w in bridges for w in words) and words[-1] == "ACCEPT"
-            else:
-                target = words[words.index("--to-destination") + 1] \
-                    if "--to-destination" in words else ""
-                ours = "DNAT" in words and (any(w in bridges for w in words) or _in(
-                    target.rsplit(":", 1)[0], nets))
-            if ours and _iptables("-D", ["-t", table, chain, *words[2:]]).returncode == 0:
-                removed += 1
-    return removed
-
-
-def _in(address: str, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return any(ip in n for n in nets)
-
-
-def internal_rules(bridge: str) -> list[list[str]]:
-    """An internal network: nothing in or out but between its own containers."""
-    return [
-        ["-t", "filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "DROP"],
-        ["-t", "filter", "FORWARD", "!", "-i", bridge, "-o", bridge, "-j", "DROP"],
-    ]
-
-
-def isolation_rules(bridges: list[str]) -> list[list[str]]:
-    """Drop what one of our bridges would forward to another (inserted first, before the
-    per-network ACCEPTs)."""
-    return [["-t", "filter", "FORWARD", "-i", a, "-o", b, "-j", "DROP"]
-            for a in bridges for b in bridges if a != b]
-
-
 def host_subnets() -> list[ipaddress.IPv4Network]:
     """The IPv4 subnets of the host's interfaces (a new network must not overlap them)."""
     with IPRoute() as ip:
         return [ipaddress.IPv4Network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}",
                                       strict=False) for a in ip.get_addr(family=2)]
-
-
-def _iptables(action: str, rule: list[str]) -> subprocess.CompletedProcess[str]:
-    table, chain, spec = rule[:2], rule[2], rule[3:]
-    where = [chain, "1"] if action == "-I" else [chain]
-    return subprocess.run(["iptables", "-w", *table, action, *where, *spec],
-                          capture_output=True, text=True, check=False)
-
-
-def ensure_rules(rules: list[list[str]]) -> None:
-    """Add each rule unless it is there already: DROPs first in their chain, others last."""
-    for rule in rules:
-        if _iptables("-C", rule).returncode != 0:
-            r = _iptables("-I" if rule[-1] == "DROP" else "-A", rule)
-            if r.returncode != 0:
-                raise NetworkError(f"iptables {' '.join(rule)}: {r.stderr.strip()}")
-
-
-def remove_rules(rules: list[list[str]]) -> None:
-    for rule in rules:
-        while _iptables("-C", rule).returncode == 0:
-            if _iptables("-D", rule).returncode != 0:
-                break
 
 
 def enable_forwarding() -> bool:

@@ -4,6 +4,7 @@ after it, whatever happened."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -103,3 +104,10 @@ async def inspect(c: httpx.AsyncClient, ref: str) -> dict[str, Any]:
     r = await c.get(f"/containers/{ref}/json")
     assert r.status_code == 200, r.text
     return json.loads(r.text)  # type: ignore[no-any-return]
+
+
+async def iptables_rules(*args: str) -> str:
+    """``iptables -S`` output with svc's ownership comments taken out (the rules as dockerd
+    would show them)."""
+    out = (await trio.run_process(["iptables", "-w", *args], capture_stdout=True)).stdout
+    return re.sub(r' -m comment --comment "?svc:[^" ]+"?', "", out.decode())

@@ -11,7 +11,7 @@ import httpx
 import trio
 
 from svc.network import bridge as br
-from tests.containers.conftest import create, inspect, output, run
+from tests.containers.conftest import create, inspect, iptables_rules, output, run
 from tests.support.daemon import Daemon
 
 
@@ -67,11 +67,9 @@ async def test_containers_reach_each_other(api: httpx.AsyncClient) -> None:
 
 async def test_outbound_rules_and_events(api: httpx.AsyncClient, cdaemon: Daemon) -> None:
     subnet = str(ipaddress.IPv4Interface(cdaemon.bip).network)
-    nat = (await trio.run_process(["iptables", "-w", "-t", "nat", "-S", "POSTROUTING"],
-                                  capture_stdout=True)).stdout.decode()
+    nat = await iptables_rules("-t", "nat", "-S", "POSTROUTING")
     assert f"-A POSTROUTING -s {subnet} ! -o {cdaemon.bridge} -j MASQUERADE" in nat
-    fwd = (await trio.run_process(["iptables", "-w", "-S", "FORWARD"],
-                                  capture_stdout=True)).stdout.decode()
+    fwd = await iptables_rules("-S", "FORWARD")
     assert f"-A FORWARD -i {cdaemon.bridge} ! -o {cdaemon.bridge} -j ACCEPT" in fwd
     since = time.time()
     cid, _ = await run(api, ["true"])

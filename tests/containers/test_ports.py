@@ -10,7 +10,7 @@ import httpx
 import trio
 
 from tests.conftest import docker_cli
-from tests.containers.conftest import create, inspect
+from tests.containers.conftest import create, inspect, iptables_rules
 from tests.support.daemon import Daemon
 
 HTTPD = ["sh", "-c", "mkdir -p /www && echo hello-port > /www/index.html && "
@@ -31,8 +31,7 @@ async def started(api: httpx.AsyncClient, cmd: list[str], **fields: object) -> s
 
 
 async def nat_rules() -> str:
-    return (await trio.run_process(["iptables", "-w", "-t", "nat", "-S"],
-                                   capture_stdout=True)).stdout.decode()
+    return await iptables_rules("-t", "nat", "-S")
 
 
 async def fetch(port: int) -> str:

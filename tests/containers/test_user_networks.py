@@ -14,7 +14,7 @@ import trio
 
 from svc.network import bridge as br
 from tests.conftest import docker_cli, run_sdk
-from tests.containers.conftest import create, inspect, output, run
+from tests.containers.conftest import create, inspect, iptables_rules, output, run
 from tests.support.daemon import Daemon, _free_subnet
 
 
@@ -183,11 +183,9 @@ async def test_ipv6_network(api: httpx.AsyncClient) -> None:
 async def test_internal_network_rules(api: httpx.AsyncClient) -> None:
     net = await new_network(api, "inner", Internal=True, IPAM={"Config": [{"Subnet": subnet()}]})
     bridge = f"br-{net['Id'][:12]}"  # type: ignore[index]
-    fwd = (await trio.run_process(["iptables", "-w", "-S", "FORWARD"],
-                                  capture_stdout=True)).stdout.decode()
+    fwd = await iptables_rules("-S", "FORWARD")
     assert f"-A FORWARD -i {bridge} ! -o {bridge} -j DROP" in fwd
-    nat = (await trio.run_process(["iptables", "-w", "-t", "nat", "-S"],
-                                  capture_stdout=True)).stdout.decode()
+    nat = await iptables_rules("-t", "nat", "-S")
     assert bridge not in nat  # no masquerade: nothing leaves
     assert net["Internal"] is True
     cid, code = await run(api, ["ip", "route"], HostConfig={"NetworkMode": "inner"})
@@ -195,8 +193,7 @@ async def test_internal_network_rules(api: httpx.AsyncClient) -> None:
     assert code == 0 and "default" not in routes and "dev eth0" in routes  # no way out
     await api.delete(f"/containers/{cid}")
     assert (await api.delete("/networks/inner")).status_code == 204
-    fwd = (await trio.run_process(["iptables", "-w", "-S", "FORWARD"],
-                                  capture_stdout=True)).stdout.decode()
+    fwd = await iptables_rules("-S", "FORWARD")
     assert bridge not in fwd
 
 

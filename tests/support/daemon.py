@@ -176,27 +176,21 @@ def _free_subnet() -> str:
 
 
 def remove_bridge(name: str, bip: str, root: Path | None = None) -> None:
-    """Delete a test daemon's bridges (the default one and its user networks', read from
-    its records under ``root``) and the iptables rules it made: a SIGKILLed daemon, or one
-    whose test failed, leaves them."""
-    import ipaddress
-    import json
-
+    """Delete a test daemon's bridges (the default one and every bridge marked as its own)
+    and its iptables rules: a SIGKILLed daemon, or one whose test failed, leaves them."""
     from svc.network import bridge as br
+    from svc.network.firewall import Firewall, owner_of
 
-    nets = [(name, str(ipaddress.IPv4Interface(bip).network))]
-    records = root / "store" / "networks" if root is not None else None
-    if records is not None and records.is_dir():
-        for f in records.glob("*.json"):
-            with contextlib.suppress(ValueError, OSError):
-                rec = json.loads(f.read_text())
-                if rec.get("Bridge") and not rec.get("Builtin"):
-                    nets.append((str(rec["Bridge"]), str(rec.get("Subnet") or "")))
-    br.remove_stale_dnat([b for b, _ in nets], [n for _, n in nets])
-    br.remove_rules(br.isolation_rules([b for b, _ in nets]))
-    for bridge, subnet in nets:
-        br.remove_rules(br.nat_rules(bridge, subnet) + br.internal_rules(bridge))
-        br.delete_bridge(bridge)
+    daemon_id = ""
+    if root is not None:
+        with contextlib.suppress(OSError):
+            daemon_id = (root / "engine-id").read_text().strip()
+    if daemon_id:
+        owner = owner_of(daemon_id)
+        Firewall(owner).clear()
+        for bridge in br.owned_bridges(f"svc:{owner}:"):
+            br.delete_bridge(bridge)
+    br.delete_bridge(name)
 
 
 def reap_containers(runc_root: Path, mounts_below: Path, cgroup_parent: str) -> None:

@@ -1,0 +1,61 @@
+"""The iptables rules of bridge networks, as data for ``firewall``: what dockerd installs for a
+bridge (masquerade and forwarding), for an internal network, for isolation between networks
+and for a published port."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from svc.network.firewall import Rule, rule
+
+
+def nat_rules(bridge: str, subnet: str) -> list[Rule]:
+    """Masquerade what leaves the host from the bridge's subnet; forward to and from it."""
+    return [
+        rule("nat", "POSTROUTING", "-s", subnet, "!", "-o", bridge, "-j", "MASQUERADE"),
+        rule("filter", "FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate",
+             "RELATED,ESTABLISHED", "-j", "ACCEPT"),
+        rule("filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "ACCEPT"),
+        rule("filter", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"),
+    ]
+
+
+def internal_rules(bridge: str) -> list[Rule]:
+    """An internal network: nothing in or out but between its own containers."""
+    return [
+        rule("filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "DROP", first=True),
+        rule("filter", "FORWARD", "!", "-i", bridge, "-o", bridge, "-j", "DROP", first=True),
+    ]
+
+
+def isolation_rules(bridges: list[str], stage1: str, stage2: str) -> list[Rule]:
+    """Drop what one of ``bridges`` would forward to another: two rules per bridge in two
+    chains (dockerd's DOCKER-ISOLATION-STAGE-1/2), and the jump at the top of FORWARD."""
+    if not bridges:
+        return []
+    out = [rule("filter", "FORWARD", "-j", stage1, first=True)]
+    for b in bridges:
+        out.append(rule("filter", stage1, "-i", b, "!", "-o", b, "-j", stage2))
+        out.append(rule("filter", stage2, "-o", b, "-j", "DROP"))
+    return out
+
+
+def dnat_rules(bridge: str, proto: str, host_ip: str, host_port: int, ip: str,
+               port: int) -> list[Rule]:
+    """dockerd's rules for a published port beside the userland proxy: traffic to the host
+    port from elsewhere (and from this host to a non-loopback address of its own) is DNATed
+    straight to the container, and accepted on its way into the bridge. Loopback traffic
+    goes through the proxy, so a port bound on a loopback address has no rules."""
+    if host_ip and ipaddress.ip_address(host_ip).is_loopback:
+        return []
+    anywhere = not host_ip or host_ip in ("0.0.0.0", "::")
+    dest = ["-m", "addrtype", "--dst-type", "LOCAL"] if anywhere else ["-d", host_ip]
+    local = ["!", "-d", "127.0.0.0/8"] if anywhere else []
+    to = ["-j", "DNAT", "--to-destination", f"{ip}:{port}"]
+    match = ["-p", proto, "--dport", str(host_port)]
+    return [
+        rule("nat", "PREROUTING", *dest, "!", "-i", bridge, *match, *to),
+        rule("nat", "OUTPUT", *dest, *local, *match, *to),
+        rule("filter", "FORWARD", "-d", ip, "!", "-i", bridge, "-o", bridge, "-p", proto,
+             "--dport", str(port), "-j", "ACCEPT"),
+    ]
