@@ -5,6 +5,10 @@ Quart appends every received chunk to the request body as fast as the socket del
 above ``HIGH_WATER`` until the view has consumed them; hypercorn's bounded app queue then stops
 reading the socket, and the client is slowed down instead of the daemon growing. Chunks are
 kept as received and handed out whole (Quart copies each into one growing buffer).
+
+A view that awaits the whole body (a JSON document) consumes nothing until the end, so such a
+read lifts the high-water mark and caps the body at ``WHOLE_MAX`` instead: beyond it the
+request gets a 413 (it used to wait forever for room that never came).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 HIGH_WATER = 4 << 20
+WHOLE_MAX = 4 << 20  # a body read whole (a JSON document): larger ones get a 413
 
 
 class BoundedBody(TrioBody):
@@ -27,6 +32,7 @@ class BoundedBody(TrioBody):
         self._size = 0
         self._room = trio.Event()
         self._room.set()
+        self._whole = False
 
     def append(self, data: bytes) -> None:
         if not data or self._must_raise is not None:
@@ -35,8 +41,14 @@ class BoundedBody(TrioBody):
         self._size += len(data)
         self._has_data.set()
         if self._max_content_length is not None and self._size > self._max_content_length:
-            self._must_raise = RequestEntityTooLarge()
-            self.set_complete()
+            self._too_large()
+
+    def _too_large(self) -> None:
+        limit = self._max_content_length or 0
+        self._must_raise = RequestEntityTooLarge(
+            f"request body too large: a JSON body may be at most {limit >> 20} MiB")
+        self.clear()
+        self.set_complete()
 
     def clear(self) -> None:
         self._chunks.clear()
@@ -62,6 +74,14 @@ class BoundedBody(TrioBody):
     def __await__(self) -> Generator[Any, None, Any]:
         if self._must_raise is not None:
             raise self._must_raise
+        if not self._whole:
+            self._whole = True
+            limit = WHOLE_MAX if self._max_content_length is None \
+                else min(WHOLE_MAX, self._max_content_length)
+            self._max_content_length = limit
+            if self._size > limit:
+                self._too_large()
+            self._room.set()
         yield from self._complete.wait().__await__()
         if self._must_raise is not None:
             raise self._must_raise
@@ -72,7 +92,7 @@ class BoundedBody(TrioBody):
 
     async def wait_room(self) -> None:
         """Called by the receiver after each append: wait while the buffer is full."""
-        while self._size >= HIGH_WATER and not self._complete.is_set():
+        while self._size >= HIGH_WATER and not self._complete.is_set() and not self._whole:
             self._room = trio.Event()
             await self._room.wait()
 

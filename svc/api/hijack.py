@@ -22,11 +22,9 @@ Everything else (and websockets) is served by hypercorn unchanged.
 
 from __future__ import annotations
 
-import fcntl
-import os
+import contextlib
+import math
 import socket
-import struct
-import termios
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -35,200 +33,18 @@ import h11
 import hypercorn.protocol
 import hypercorn.trio.tcp_server
 import trio
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
+from svc.api import limits
+from svc.api.rawstream import RawStream
 from svc.errors import Unavailable
 
 EXTENSION = "svc.hijack"
 RAW_STREAM = "application/vnd.svc.raw-stream"
-# Client bytes buffered before the socket stops being read (back-pressure to the client).
-HIGH_WATER = 256 * 1024
-RECEIVE_MAX = 64 * 1024
 RECEIVE_BYTES = 1 << 20
-# How long a raw stream's first bytes wait for the client to read the response head.
-HEAD_READ_WAIT = 1.0
-
-
-class HijackedConnection:
-    """Stands in for ``h11.Connection`` after the takeover: buffers raw bytes, parses nothing."""
-
-    our_state = None  # not h11.DONE: hypercorn closes instead of recycling the connection
-    their_state = None
-    they_are_waiting_for_100_continue = False
-    trailing_data = (b"", False)
-
-    def __init__(self, initial: bytes, eof: bool, wake: Callable[[], None]) -> None:
-        self.buffer = bytearray(initial)
-        self.eof = eof
-        self._wake = wake
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            self.buffer.extend(data)
-        else:
-            self.eof = True
-        self._wake()
-
-    def next_event(self) -> Any:
-        return h11.PAUSED if len(self.buffer) >= HIGH_WATER else h11.NEED_DATA
-
-    def send(self, event: Any) -> bytes:
-        return b""  # nothing h11 would frame may reach the wire after the takeover
-
-    def start_next_cycle(self) -> None:
-        pass
-
-
-class RawStream(trio.abc.Stream):
-    """The hijacked connection as a trio stream. One reader task and one writer task."""
-
-    def __init__(self, protocol: HijackH11Protocol, initial: bytes, eof: bool) -> None:
-        self._protocol = protocol
-        self._conn = HijackedConnection(initial, eof, self._wake_reader)
-        self._readable = trio.Event()
-        self._writer: trio.lowlevel.Task | None = None
-        self.peer_gone = False
-        self._closed = False
-        self.plain_socket: Any = None  # the trio socket, for direct writes; None under TLS
-
-    def grow_send_buffer(self, size: int = 4 << 20) -> None:
-        """A larger kernel send buffer for a bulk stream (attach, exec, logs): each wakeup of
-        the client then moves megabytes instead of ~200 KiB. Needs CAP_NET_ADMIN beyond
-        net.core.wmem_max; without it the kernel's limit stays."""
-        sock = self.plain_socket
-        if sock is None:
-            return
-        for opt in (getattr(socket, "SO_SNDBUFFORCE", 32), socket.SO_SNDBUF):
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, opt, size)
-                return
-            except OSError:
-                continue
-
-    async def until_head_read(self, limit: float = HEAD_READ_WAIT) -> None:
-        """Wait, at most ``limit`` seconds, until the client has read what was sent so far
-        (the response head); a no-op except on a plain unix socket.
-
-        docker-py parses the head through a buffered reader and then reads the raw socket
-        (``exec_start``, ``attach``): output that reached the client along with the head sits
-        in that buffer and is lost. dockerd has the same race, which its slower process start
-        mostly hides; here an exec's ``echo`` could win it. A unix socket tells how much of
-        what was sent is still unread (``SIOCOUTQ``); TCP tells only what is unacknowledged,
-        so nothing waits there. Cancellation: nothing is left behind.
-        """
-        sock = self.plain_socket
-        if sock is None or sock.family != socket.AF_UNIX:
-            return
-        deadline = trio.current_time() + limit
-        pause = 0.0002
-        while _unread(sock.fileno()) > 0 and trio.current_time() < deadline:
-            await trio.sleep(pause)
-            pause = min(pause * 2, 0.005)
-
-    def dup_fd(self) -> int | None:
-        """A blocking duplicate of the connection's fd for a worker thread to write to
-        directly (None under TLS). Nothing else writes once a view has taken over."""
-        if self.plain_socket is None:
-            return None
-        fd = os.dup(self.plain_socket.fileno())
-        os.set_blocking(fd, True)
-        return fd
-
-    def _wake_reader(self) -> None:
-        self._readable.set()
-
-    def _on_closed(self) -> None:
-        """hypercorn reports Closed: from our own failed write (peer gone) or the read side."""
-        if self._writer is not None and trio.lowlevel.current_task() is self._writer:
-            self.peer_gone = True
-        self._conn.eof = True
-        self._wake_reader()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """Client bytes; ``b""`` once the client has half-closed (or gone)."""
-        conn = self._conn
-        while not conn.buffer and not conn.eof:
-            if self._closed:
-                raise trio.ClosedResourceError("the hijacked stream was closed")
-            self._readable = trio.Event()
-            await self._readable.wait()
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if not conn.buffer:
-            return b""
-        n = max_bytes or RECEIVE_MAX
-        chunk = bytes(conn.buffer[:n])
-        del conn.buffer[:n]
-        if len(conn.buffer) < HIGH_WATER:
-            await self._protocol.can_read.set()
-        return chunk
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Write to the client; ``trio.BrokenResourceError`` once the client is gone."""
-        if self._closed:
-            raise trio.ClosedResourceError("the hijacked stream was closed")
-        if self.peer_gone:
-            raise trio.BrokenResourceError("the client closed the connection")
-        if self.plain_socket is not None:
-            await self._send_direct(data)
-            return
-        self._writer = trio.lowlevel.current_task()
-        try:
-            await self._protocol.send(RawData(data=bytes(data)))
-        finally:
-            self._writer = None
-        if self.peer_gone:
-            raise trio.BrokenResourceError("the client closed the connection")
-
-    async def send_parts(self, parts: list[bytes]) -> None:
-        """Send ``parts`` as if joined, without joining them on a plain socket (one
-        ``sendmsg`` gathers them); ``trio.BrokenResourceError`` once the client is gone."""
-        sock = self.plain_socket
-        if sock is None or self._closed or self.peer_gone:
-            await self.send_all(b"".join(parts))
-            return
-        try:
-            done = await sock.sendmsg(parts)
-        except OSError as exc:
-            self.peer_gone = True
-            raise trio.BrokenResourceError("the client closed the connection") from exc
-        total = sum(map(len, parts))
-        if done < total:  # a partial write: the rest goes out the ordinary way
-            await self._send_direct(memoryview(b"".join(parts))[done:])
-
-    async def _send_direct(self, data: bytes | bytearray | memoryview) -> None:
-        """Write straight to the socket (no copy, no trip through hypercorn's protocol):
-        after the takeover nothing else writes to it. Partial writes are continued."""
-        sock = self.plain_socket
-        with memoryview(data) as view:
-            done = 0
-            while done < len(view):
-                try:
-                    done += await sock.send(view[done:])
-                except OSError as exc:  # EPIPE, ECONNRESET: the client is gone
-                    self.peer_gone = True
-                    raise trio.BrokenResourceError("the client closed the connection") \
-                        from exc
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        """Mark the stream closed; the socket closes when the view returns."""
-        self._closed = True
-        self._wake_reader()
-        await trio.lowlevel.checkpoint()
-
-
-def _unread(fd: int) -> int:
-    """Bytes sent on unix socket ``fd`` that the peer has not read yet (``SIOCOUTQ``)."""
-    try:
-        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
-    except OSError:
-        return 0
-    return int(struct.unpack("i", out)[0])
 
 
 def _wants_upgrade(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -269,19 +85,130 @@ class _HijackTaskGroup:
         return getattr(self._inner, name)
 
 
+class _Refused(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class HijackH11Protocol(H11Protocol):
-    """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view."""
+    """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view, and
+    holding request heads to ``svc.api.limits``."""
+
+    open_connections = 0
+    max_connections = 1 << 30  # set by install()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.task_group = _HijackTaskGroup(self.task_group, self)  # type: ignore[assignment]
         self.raw: RawStream | None = None
+        self.guard = limits.HeadGuard()
+        self._refused_at: float | None = None
+        self._discard_since: float | None = None  # an unread body being dropped
+        self._drained = 0
+        self._wake = trio.Event()
+        self._watch_scope = trio.CancelScope()
+
+    async def initiate(self) -> None:
+        cls = HijackH11Protocol
+        if cls.open_connections >= cls.max_connections:
+            await self._refuse(503)
+            await self.send(Closed())
+            return
+        cls.open_connections += 1
+        self.guard.open(trio.current_time())
+        self.task_group.spawn(self._watch)
 
     async def handle(self, event: Event) -> None:
+        if isinstance(event, Closed) and self.raw is None:  # (hijacked: a half-close, maybe)
+            self._watch_scope.cancel()
+        if self._discard_since is not None and isinstance(event, RawData):
+            await self._discard(event.data)
+            return
+        if self._refused_at is not None:  # the rest of a refused request is dropped
+            if isinstance(event, RawData):
+                self._drained += len(event.data)
+                if not event.data or self._drained > limits.LINGER_BYTES:
+                    await self.send(Closed())
+            return
         if self.raw is not None and isinstance(event, Closed):
             self.raw._on_closed()  # EOF or a failed write: never http.disconnect
             return
-        await super().handle(event)
+        conn = self.connection
+        if isinstance(event, RawData) and isinstance(conn, h11.Connection) \
+                and conn.their_state is h11.IDLE:
+            status = self.guard.on_data(event.data, trio.current_time())
+            self._wake.set()
+            if status is not None:
+                await self._refuse(status)
+                return
+        try:
+            await super().handle(event)
+        except _Refused as refused:
+            await self._refuse(refused.status)
+            return
+        conn = self.connection
+        parsed = not isinstance(conn, h11.Connection) or conn.their_state is not h11.IDLE
+        if parsed and self.guard.started is not None:
+            self.guard.head_done()
+            self._wake.set()
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        # No HTTP/2 here (hijacking is HTTP/1.1): the prior-knowledge preface gets a 505, an
+        # h2c upgrade is ignored and the request served as HTTP/1.1.
+        if event.method == b"PRI" and event.target == b"*":
+            raise _Refused(505)
+
+    async def _refuse(self, status: int) -> None:
+        """Answer ``status`` with ``Connection: close`` outside h11, stop writing, and read
+        and drop what the client still sends for a moment (closing at once with unread bytes
+        would reset the connection before the client reads the answer)."""
+        if self._refused_at is not None:
+            return
+        self._refused_at = trio.current_time()
+        reason = limits.REASONS.get(status, "Error")
+        body = f"{status} {reason}\n".encode()
+        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        await self.send(RawData(data=head + body))
+        sock = _plain_socket(self.send)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+        self._wake.set()
+
+    async def _watch(self) -> None:
+        """The connection's clock: refuses a head that is overdue (408, or a silent close for
+        a new connection that never sent a byte) and ends a refused connection's linger."""
+        try:
+            with self._watch_scope:
+                while True:
+                    self._wake = trio.Event()
+                    deadline = self._deadline()
+                    with trio.move_on_at(deadline):
+                        await self._wake.wait()
+                        continue
+                    await self._on_deadline()
+        finally:
+            HijackH11Protocol.open_connections -= 1
+
+    def _deadline(self) -> float:
+        if self._refused_at is not None:
+            return self._refused_at + limits.LINGER_SECONDS
+        if self._discard_since is not None:
+            return self._discard_since + limits.LINGER_SECONDS
+        if self.raw is None and self.guard.started is not None:
+            return self.guard.started + limits.HEAD_TIMEOUT
+        return math.inf
+
+    async def _on_deadline(self) -> None:
+        if self._refused_at is not None or self._discard_since is not None:
+            await self.send(Closed())
+            await trio.sleep_forever()  # until handle(Closed) cancels the watch
+        if self.guard.size == 0:  # a connection that never sent a request
+            await self.send(Closed())
+            await trio.sleep_forever()
+        await self._refuse(408)
 
     async def stream_send(self, event: StreamEvent) -> None:
         if self.raw is not None and not isinstance(event, StreamClosed):
@@ -292,13 +219,58 @@ class HijackH11Protocol(H11Protocol):
         # quart-trio cancels the request nursery on http.disconnect while this runs; unshielded,
         # the socket of a "Connection: close" request is never closed (stack notes, §1).
         with trio.CancelScope(shield=True):
+            if self.raw is not None:  # the hijacking view is done: the connection closes
+                self._watch_scope.cancel()
+            conn = self.connection
+            if isinstance(conn, h11.Connection) and conn.our_state is h11.DONE \
+                    and conn.their_state is h11.SEND_BODY and not self.context.terminated.is_set():
+                # Answered before the body was read (a 404, a 413): read the rest and drop
+                # it, then serve the next request on this connection, as Go's server does
+                # (closing with bytes unread would reset the connection under the answer).
+                await self._close_stream()
+                self._discard_since = trio.current_time()
+                self._wake.set()
+                await self._discard(b"")
+                return
             await super()._maybe_recycle()
+
+    async def _discard(self, data: bytes) -> None:
+        """Feed the rest of an unread request body to h11 and drop it; once it has all come,
+        the connection serves its next request (too much, or too slow: it is closed)."""
+        conn = self.connection
+        assert isinstance(conn, h11.Connection)
+        if data:
+            conn.receive_data(data)
+            self._drained += len(data)
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError:
+                await self.send(Closed())
+                return
+            if event is h11.NEED_DATA:
+                if self._drained > limits.LINGER_BYTES:
+                    await self.send(Closed())
+                return
+            if isinstance(event, (h11.ConnectionClosed, h11.EndOfMessage)) or event is h11.PAUSED:
+                break
+        self._discard_since = None
+        self._drained = 0
+        self._wake.set()
+        if conn.their_state is not h11.DONE:
+            await self.send(Closed())
+            return
+        conn.start_next_cycle()
+        await self.can_read.set()
+        await self.send(Updated(idle=True))
+        await self._handle_events()  # a request that came along with the body's end
 
     async def hijack(self, scope: dict[str, Any], head: bytes | None = None) -> RawStream:
         conn = self.connection
         if self.raw is not None or not isinstance(conn, h11.Connection):
             raise Unavailable("this connection has already been taken over")
-        if conn.their_state not in (h11.DONE, h11._state.MIGHT_SWITCH_PROTOCOL):
+        # MUST_CLOSE: the request said "Connection: close" (its body is read all the same)
+        if conn.their_state not in (h11.DONE, h11.MUST_CLOSE, h11._state.MIGHT_SWITCH_PROTOCOL):
             raise Unavailable("the request body must be read before the connection is hijacked")
         data, closed = conn.trailing_data
         self.raw = RawStream(self, data, closed)
@@ -319,6 +291,7 @@ def install() -> None:
     """
     hypercorn.protocol.H11Protocol = HijackH11Protocol  # type: ignore[attr-defined]
     hypercorn.trio.tcp_server.MAX_RECV = RECEIVE_BYTES
+    HijackH11Protocol.max_connections = limits.max_connections()
 
 
 def _plain_socket(send: Any) -> Any:

@@ -7,7 +7,6 @@ they are unit-tested without a server; the ``q*`` helpers read the current reque
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from quart import request
 
 from svc.errors import InvalidParameter
+from svc.wire import jsondoc
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,9 +55,9 @@ def parse_filters(raw: str | None, allowed: Iterable[str] | None = None) -> Filt
     if raw is None or raw.strip() == "":
         return {}
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidParameter(f"invalid filters parameter: not valid JSON ({exc.msg})") from None
+        data = jsondoc.loads(raw)
+    except jsondoc.JSONError as exc:
+        raise InvalidParameter(f"invalid filters parameter: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidParameter("invalid filters parameter: expected a JSON object mapping "
                                "each filter to a list of strings") from None
@@ -95,13 +95,15 @@ def parse_json_body(model: type[M], raw: bytes, content_type: str | None, *,
         raise InvalidParameter(
             f"Content-Type specified ({shown}) must be 'application/json'") from None
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = jsondoc.loads(raw)
+    except jsondoc.JSONError as exc:
         raise InvalidParameter(f"invalid JSON body: {exc}") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise InvalidParameter(describe_validation_error(exc)) from None
+    except RecursionError:
+        raise InvalidParameter("invalid JSON body: nested too deeply") from None
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -22,7 +22,7 @@ from types import TracebackType
 import trio
 from quart.wrappers.response import ResponseBody
 
-from svc.api.hijack import RawStream
+from svc.api.rawstream import RawStream
 from svc.engine.streams import FdWriter, thread_iter
 
 log = logging.getLogger("svc.api.streaming")

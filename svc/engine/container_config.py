@@ -32,8 +32,14 @@ ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+NAME_MAX = 255
+
+
 def check_name(name: str) -> str:
     """``/name`` for a valid requested name."""
+    if len(name) > NAME_MAX:
+        raise InvalidParameter(f"Invalid container name ({name[:32]}...): at most {NAME_MAX} "
+                               "characters")
     if not NAME_RE.match(name):
         raise InvalidParameter(f"Invalid container name ({name}), only /?[a-zA-Z0-9_-]+ "
                                "(and . after the first character) are allowed")
@@ -201,9 +207,19 @@ def check_host_config(hc: HostConfigBody, knobs: Knobs | None, *,
                 raise InvalidParameter(f"invalid device permissions {d.CgroupPermissions!r} for "
                                        f"{d.PathOnHost}: a combination of r, w and m")
         _check_network_mode(hc.NetworkMode)
+        _check_cgroup_parent(hc.CgroupParent)
     if knobs is not None:
         warnings += _drop_missing_knobs(hc, knobs)
     return warnings
+
+
+def _check_cgroup_parent(parent: str) -> None:
+    """A path below each hierarchy's root: no ``..`` (it would name a cgroup, or a directory,
+    outside the hierarchy), no NUL, a sane length."""
+    parts = parent.split("/")
+    if ".." in parts or "\0" in parent or len(parent) > 1024:
+        raise InvalidParameter(f"invalid CgroupParent {parent[:64]!r}: a cgroup path without "
+                               "'..'")
 
 
 def _check_restart_policy(hc: HostConfigBody) -> None:

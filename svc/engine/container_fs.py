@@ -1,9 +1,10 @@
 """A container's filesystem: changes, export, archive (stat/get/put), copy, and commit.
 
 Reads and writes of paths go through ``svc.storage.chroot_archive`` run as a child chrooted
-into the container's root: ``/proc/<pid>/root`` for a running container (so its bind mounts
-are seen as it sees them), the overlay mounted for the duration otherwise. Symlinks therefore
-resolve inside the container, never on the host.
+into the container's root: its overlay (mounted for the duration if the container is
+stopped) with its volumes and bind mounts bound in, in the helper's private mount namespace.
+Symlinks therefore resolve inside the container, never on the host, and a path inside a
+volume is the volume's.
 
 Cancellation: a cancelled stream kills the child; a half-done ``put`` leaves what it had
 extracted (as an interrupted ``docker cp`` does).
@@ -33,6 +34,7 @@ from svc.engine.container_run import Runner
 from svc.engine.container_state import State
 from svc.engine.images import Image, ImageService
 from svc.errors import Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
+from svc.runtime.protocol import RuntimeFailure
 from svc.storage.layerproduce import produce_layer
 from svc.storage.tarformat import OPAQUE_XATTR
 
@@ -41,6 +43,23 @@ HELPER = [sys.executable, "-I", "-m", "svc.storage.chroot_archive"]
 READ = 1 << 16
 KINDS: dict[str, type[SvcError]] = {"not_found": NotFound, "invalid": InvalidParameter,
                                     "forbidden": Forbidden, "system": SystemError_}
+
+
+PATH_MAX = 4096
+
+
+def _check_path(path: str) -> None:
+    if "\0" in path or len(path) > PATH_MAX:
+        raise InvalidParameter(f"invalid path {path[:64]!r}: no NUL byte, at most {PATH_MAX} "
+                               "bytes")
+
+
+def _gone_or(c: Container, err: SvcError) -> SvcError:
+    """The helper could not enter the root because the container was removed meanwhile (its
+    directory went): that is a 404, as for any removed container."""
+    if isinstance(err, SystemError_) and c.state.status is State.REMOVING:
+        return NotFound(f"No such container: {c.id}")
+    return err
 
 
 def _error(stderr: bytes, fallback: str) -> SvcError:
@@ -58,20 +77,20 @@ class ContainerFS:
         self.images = images
 
     @asynccontextmanager
-    async def root(self, c: Container, *, process_view: bool = True) -> AsyncIterator[str]:
-        """The directory to chroot into while the block runs: a running container's root as
-        its processes see it (bind mounts included) with ``process_view``, else its overlay
-        (mounted for the block if it is stopped, and unmounted by the last user)."""
-        live = c.live
-        if live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-            yield f"/proc/{live.pid}/root" if process_view else str(c.rootfs)
-            return
+    async def root(self, c: Container, *, volumes: bool = True) -> AsyncIterator[list[str]]:
+        """The helper's first arguments while the block runs: the container's overlay root
+        (mounted for the block if the container is stopped, unmounted by the last user) and,
+        with ``volumes``, its volumes and bind mounts to bind in (JSON). Running or stopped,
+        the container's files are seen as dockerd shows them to ``docker cp``: through its
+        own mounts, not through a process (whose exit would pull the root away mid-way)."""
+        binds = [[str(m["Source"]), str(m["Destination"]), not m["RW"]] for m in c.mounts
+                 if m.get("Type") in ("bind", "volume") and m.get("Source")] if volumes else []
         if c.state.status is State.REMOVING:
             raise NotFound(f"No such container: {c.id}")
-        c.fs_users += 1
+        c.fs_users += 1  # a running container's teardown leaves the overlay to the last user
         try:
             await self.runner.mount(c)
-            yield str(c.rootfs)
+            yield [str(c.rootfs), json.dumps(binds)]
         finally:
             c.fs_users -= 1
             if c.fs_users == 0 and c.live is None:
@@ -81,28 +100,31 @@ class ContainerFS:
     # -- archive ----------------------------------------------------------------------------
 
     async def stat(self, c: Container, path: str) -> dict[str, Any]:
+        _check_path(path)
         async with self.root(c) as root:
-            result = await trio.run_process([*HELPER, "stat", root, path], capture_stdout=True,
-                                            capture_stderr=True, check=False)
+            result = await trio.run_process([*HELPER, "stat", *root, path],
+                                            capture_stdout=True, capture_stderr=True,
+                                            check=False)
         if result.returncode != 0:
-            raise _error(result.stderr, f"cannot stat {path}")
+            raise _gone_or(c, _error(result.stderr, f"cannot stat {path}"))
         return dict(json.loads(result.stdout))
 
     async def get(self, c: Container, path: str) -> AsyncIterator[dict[str, Any] | bytes]:
         """An async generator: first the path status (errors are raised by that first step,
         before anything is sent), then the tar's chunks."""
-        async with self.root(c) as root, _helper("get", root, path) as proc:
+        _check_path(path)
+        async with self.root(c) as root, _helper("get", *root, path) as proc:
             first, rest = await _first_line(proc)
             if first is None:
                 await proc.wait()
-                raise _error(await _read_all(proc.stderr), f"cannot read {path}")
+                raise _gone_or(c, _error(await _read_all(proc.stderr), f"cannot read {path}"))
             yield dict(json.loads(first))
             async for chunk in _chunks(proc, rest):
                 yield chunk
 
     async def export(self, c: Container) -> AsyncIterator[bytes]:
         """An async generator: ``b""`` once the export has started, then the tar's chunks."""
-        async with self.root(c, process_view=False) as root, _helper("export", root) as proc:
+        async with self.root(c, volumes=False) as root, _helper("export", *root) as proc:
             yield b""
             async for chunk in _chunks(proc, b""):
                 yield chunk
@@ -110,12 +132,13 @@ class ContainerFS:
 
     async def put(self, c: Container, path: str, body: AsyncIterator[bytes], *,
                   no_overwrite_dir_non_dir: bool) -> None:
+        _check_path(path)
         if c.host_config.get("ReadonlyRootfs") and not _in_rw_bind(c, path):
             raise Forbidden("container rootfs is marked read-only")
         if _in_ro_bind(c, path):
             raise Forbidden(f"the volume mounted at {path} is read-only")
         args = ["--no-overwrite-dir-non-dir"] if no_overwrite_dir_non_dir else []
-        async with self.root(c) as root, _helper("put", root, path, *args,
+        async with self.root(c) as root, _helper("put", *root, path, *args,
                                                  stdin=True) as proc:
             assert proc.stdin is not None
             try:
@@ -128,7 +151,7 @@ class ContainerFS:
             stderr = await _read_all(proc.stderr)
             code = await proc.wait()
         if code != 0:
-            raise _error(stderr, f"cannot extract into {path}")
+            raise _gone_or(c, _error(stderr, f"cannot extract into {path}"))
 
     # -- changes, commit --------------------------------------------------------------------
 
@@ -148,8 +171,13 @@ class ContainerFS:
             raise NotFound(f"the image {c.image_id} of container {c.id} is gone")
         paused_here = False
         if pause and c.state.status is State.RUNNING:
-            await self.runner.d.runtime.pause(c.id)
-            paused_here = True
+            try:
+                await self.runner.d.runtime.pause(c.id)
+                paused_here = True
+            except RuntimeFailure:
+                if not await self.runner.settle_exit(c):
+                    raise  # still running and yet it cannot be paused
+                # it exited meanwhile: a stopped container is committed without a pause
         try:
             staged_file = await trio.to_thread.run_sync(_produce_to_temp, c.upper_dir,
                                                         self.images.layers.root)

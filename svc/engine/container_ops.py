@@ -92,7 +92,10 @@ class ContainerOps:
                 try:
                     await self.deps.runtime.update(c.id, spec["linux"]["resources"])
                 except RuntimeFailure as exc:
-                    raise InvalidParameter(f"Cannot update container {c.id}: {exc}") from None
+                    # exited meanwhile: the new limits apply from its next start
+                    if not await self.runner.settle_exit(c):
+                        raise InvalidParameter(f"Cannot update container {c.id}: {exc}") \
+                            from None
             new = host_config_record(hc)
             new["NetworkMode"] = c.host_config.get("NetworkMode", new["NetworkMode"])
             c.host_config = new
@@ -105,7 +108,12 @@ class ContainerOps:
         if c.state.status not in (State.RUNNING, State.PAUSED) or c.live is None:
             raise Conflict(f"Container {c.id} is not running")
         cgroup = self.runner.cgroup_of(c)
-        pids = set(await trio.to_thread.run_sync(self.deps.cgroups.procs, cgroup))
+        try:
+            pids = set(await trio.to_thread.run_sync(self.deps.cgroups.procs, cgroup))
+        except OSError:
+            if await self.runner.settle_exit(c):  # its cgroup went with its exit
+                raise Conflict(f"Container {c.id} is not running") from None
+            raise
         args = ps_args.split() if ps_args else ["-ef"]
         result = await trio.run_process(["ps", *args], capture_stdout=True,
                                         capture_stderr=True, check=False)
@@ -123,7 +131,12 @@ class ContainerOps:
             raise InvalidParameter(f"Container {c.id} has no TTY: only a TTY can be resized")
         if not (0 < height < 65536 and 0 < width < 65536):
             raise InvalidParameter(f"invalid size {height}x{width}")
-        c.live.console.resize(height, width)
+        try:
+            c.live.console.resize(height, width)
+        except OSError:
+            if await self.runner.settle_exit(c):  # the terminal closed with the exit
+                raise Conflict(f"Container {c.id} is not running") from None
+            raise
         self.runner.event(c, "resize", height=str(height), width=str(width))
 
     async def commit(self, c: Container, *, repo: str, tag: str, comment: str, author: str,

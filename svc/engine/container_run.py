@@ -115,6 +115,24 @@ class Runner(Supervision):
         attrs.update(image=str(c.config.get("Image") or c.image_id), name=c.bare_name, **extra)
         self.d.events.publish("container", action, c.id, attrs)
 
+    async def settle_exit(self, c: Container, limit: float = 5.0) -> bool:
+        """The runtime says ``c`` is gone (or not running) while svc still believes it runs:
+        its process has exited and its supervisor has not recorded that yet. Wait, at most
+        ``limit`` seconds, until it has, so that the caller answers as for a stopped
+        container (dockerd answers from its own state, recorded by then). Returns whether
+        the container is known stopped now.
+
+        Cancellation: a checkpoint; nothing is left behind.
+        """
+        live = c.live
+        if live is None:
+            return True
+        if _alive(live.pid):  # it does run: the runtime's failure is not this window
+            return False
+        with trio.move_on_after(limit):
+            await live.exited.wait()
+        return c.live is None or live.exited.is_set()
+
     # -- launch -----------------------------------------------------------------------------
 
     async def launch(self, c: Container) -> None:
@@ -328,6 +346,15 @@ class Runner(Supervision):
 # container's changes, export or commit (moby's "-init" layer).
 INIT_DIRS = ("dev", "dev/pts", "dev/shm", "dev/mqueue", "proc", "sys", "etc")
 INIT_FILES = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "dev/console", ".dockerenv")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exists and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def make_init_layer(path: Path) -> None:

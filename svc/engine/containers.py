@@ -282,12 +282,16 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
         """pause / unpause through the runtime (the freezer cgroup)."""
         async with c.lock:
             require(c.state.status, verb, c.id)
-            if verb == "pause":
-                await self.deps.runtime.pause(c.id)
-                c.state.status = State.PAUSED
-            else:
-                await self.deps.runtime.resume(c.id)
-                c.state.status = State.RUNNING
+            try:
+                if verb == "pause":
+                    await self.deps.runtime.pause(c.id)
+                else:
+                    await self.deps.runtime.resume(c.id)
+            except RuntimeFailure:
+                if await self.runner.settle_exit(c):  # it exited meanwhile: not running
+                    require(c.state.status, verb, c.id)
+                raise
+            c.state.status = State.PAUSED if verb == "pause" else State.RUNNING
             await self.deps.save(c)
             c.notify()
         self.runner.event(c, verb)

@@ -27,7 +27,7 @@ from svc.engine.container import Container
 from svc.engine.container_run import Runner, start_failure
 from svc.engine.container_state import State, require
 from svc.engine.userdb import resolve_user
-from svc.errors import Conflict, InvalidParameter, NotFound
+from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
 from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.spec import ALL_CAPABILITIES
@@ -116,7 +116,7 @@ class ExecService:
         self.runner.event(c, "exec_start: " + " ".join(inst.cmd), execID=inst.id)
         try:
             await self._launch(inst)
-        except (RuntimeFailure, InvalidParameter) as exc:
+        except (RuntimeFailure, SvcError) as exc:
             code = start_failure(exc)[0] if isinstance(exc, RuntimeFailure) else 126
             inst.exit_code, inst.running = code, False
             inst.exited.set()
@@ -140,23 +140,34 @@ class ExecService:
         await session(stream, attachment, opts, target)
 
     async def _launch(self, inst: ExecInstance) -> None:
+        """Run the command in the container. Raises ``Conflict`` when the container turns
+        out to have exited meanwhile (its init gone, runc's state deleted)."""
         c = inst.container
         live = c.live
-        assert live is not None
-        process = await trio.to_thread.run_sync(self._process, inst, live.pid)
+        if live is None:
+            raise Conflict(f"Container {c.id} is not running")
+        try:
+            process = await trio.to_thread.run_sync(self._process, inst, live.pid)
+        except OSError:  # /proc/<pid> is gone: the init exited
+            await self.runner.settle_exit(c)
+            raise Conflict(f"Container {c.id} is not running") from None
         pipes: ContainerPipes | None = None
         # The command may exit before runc does: its zombie is ours, not the orphan reaper's.
         with self.runner.d.launches.launching():
-            if inst.tty:
-                created = await self.runner.d.runtime.exec(c.id, process, terminal=True)
-            else:
-                pipes = open_pipes(stdin=inst.attach_stdin)
-                try:
+            try:
+                if inst.tty:
+                    created = await self.runner.d.runtime.exec(c.id, process, terminal=True)
+                else:
+                    pipes = open_pipes(stdin=inst.attach_stdin)
                     created = await self.runner.d.runtime.exec(c.id, process, stdio=pipes)
-                except BaseException:
+            except BaseException as exc:
+                if pipes is not None:
                     with trio.CancelScope(shield=True):
                         await pipes.aclose()
-                    raise
+                if isinstance(exc, RuntimeFailure) and start_failure(exc)[0] not in (126, 127) \
+                        and await self.runner.settle_exit(c):
+                    raise Conflict(f"Container {c.id} is not running") from None
+                raise
             inst.pid, inst.running, inst.console = created.pid, True, created.console
         inst.stdin = pipes.stdin if pipes is not None else None
         inst.started_event.set()

@@ -54,8 +54,14 @@ class Volume:
                 "Anonymous": self.anonymous}
 
 
+NAME_MAX = 255  # a volume's name is a directory name under <root>/volumes
+
+
 def check_name(name: str) -> None:
-    """The local driver's rule for names (dockerd's message)."""
+    """The local driver's rule for names (dockerd's message), and the filesystem's length."""
+    if len(name) > NAME_MAX:
+        raise InvalidParameter(f"volume name {name[:32]}... is too long: at most {NAME_MAX} "
+                               "characters")
     if not NAME_RE.fullmatch(name):
         raise InvalidParameter(
             f'"{name}" includes invalid characters for a local volume name, only '

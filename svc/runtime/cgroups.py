@@ -146,7 +146,7 @@ class CgroupV1:
         self.root = root
 
     def path(self, controller: str, cgroup: str) -> Path:
-        return self.root / controller / cgroup.strip("/")
+        return self.root / controller / _rel(cgroup)
 
     def hierarchies(self) -> list[Path]:
         """Every hierarchy directory under ``root`` (controllers, ``systemd``, ``unified``)."""
@@ -158,7 +158,7 @@ class CgroupV1:
                 and (p / "cgroup.procs").exists()]
 
     def exists(self, cgroup: str) -> bool:
-        return any((h / cgroup.strip("/")).is_dir() for h in self.hierarchies())
+        return any((h / _rel(cgroup)).is_dir() for h in self.hierarchies())
 
     def read(self, controller: str, cgroup: str, knob: str) -> str:
         return (self.path(controller, cgroup) / knob).read_text()
@@ -195,7 +195,7 @@ class CgroupV1:
         """
         left = []
         for h in self.hierarchies():
-            top = h / cgroup.strip("/")
+            top = h / _rel(cgroup)
             if not top.is_dir() or top == h:
                 continue
             dirs = [Path(d) for d, _, _ in os.walk(top)]
@@ -341,3 +341,16 @@ def system_cpu_usage(proc_stat: Path = Path("/proc/stat")) -> int:
         if line.startswith("cpu "):
             return sum(int(x) for x in line.split()[1:8]) * (1_000_000_000 // _CLK_TCK)
     return 0
+
+
+def _rel(cgroup: str) -> str:
+    """A cgroup path relative to a hierarchy's root that cannot leave it (as runc cleans it:
+    ``..`` stops at the root)."""
+    parts: list[str] = []
+    for p in cgroup.split("/"):
+        if p == "..":
+            if parts:
+                parts.pop()
+        elif p not in ("", "."):
+            parts.append(p)
+    return "/".join(parts)

@@ -9,7 +9,8 @@ chroot, only the capabilities the operation needs. Names are never looked up (gl
 the container's NSS modules, CVE-2019-14271): members carry numeric ids only, as moby's
 ``FileInfoHeaderNoLookups`` writes them, and extraction uses the numeric ids.
 
-Operations (argv: ``<op> <root> <path> [options]``):
+Operations (argv: ``<op> <root> <mounts> <path> [options]``; ``mounts`` is a JSON list of
+``[source, destination, readonly]``, bound onto the root first, see ``confine``):
 
 ``stat``  one JSON line: the path status (``name``, ``size``, ``mode`` as Go's ``FileMode``,
           ``mtime``, ``linkTarget``).
@@ -20,7 +21,7 @@ Operations (argv: ``<op> <root> <path> [options]``):
 ``export`` a tar of the whole root.
 
 Errors: exit code 2 and one JSON line on stderr, ``{"kind": "not_found" | "invalid" |
-"forbidden", "message": ...}``; the engine maps the kind to 404 / 400 / 403.
+"forbidden" | "system", "message": ...}``; the engine maps the kind to 404 / 400 / 403 / 500.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import tarfile
 import zlib  # noqa: F401
 from datetime import UTC, datetime
 
-from svc.storage.confine import READ_CAPS, WRITE_CAPS, ConfineError, confine
+from svc.storage.confine import READ_CAPS, WRITE_CAPS, BindMount, ConfineError, confine
 
 # tarfile looks names up with pwd/grp when they are importable: never inside a container.
 tarfile.pwd = None  # type: ignore[attr-defined]
@@ -242,16 +243,18 @@ def main(argv: list[str]) -> int:
     try:
         if op not in ("stat", "get", "put", "export"):
             raise Failure("invalid", f"unknown operation {op}")
+        mounts = [BindMount(str(src), str(dst), bool(ro)) for src, dst, ro in
+                  json.loads(argv[2])]
         try:
-            confine(root, WRITE_CAPS if op == "put" else READ_CAPS)
+            confine(root, WRITE_CAPS if op == "put" else READ_CAPS, mounts)
         except (ConfineError, OSError) as exc:
             raise Failure("system", f"cannot enter the container's root: {exc}") from None
         if op == "stat":
-            sys.stdout.write(json.dumps(path_stat(argv[2])) + "\n")
+            sys.stdout.write(json.dumps(path_stat(argv[3])) + "\n")
         elif op == "get":
-            get(argv[2])
+            get(argv[3])
         elif op == "put":
-            put(argv[2], "--no-overwrite-dir-non-dir" in argv[3:])
+            put(argv[3], "--no-overwrite-dir-non-dir" in argv[4:])
         else:
             export()
     except Failure as exc:

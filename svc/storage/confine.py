@@ -8,7 +8,10 @@ user name up after entering its root (CVE-2019-14271), or a Python module that a
 can:
 
 1. descriptors other than stdio are closed (no directory of the host to ``fchdir`` back to);
-2. the helper gets a network, IPC and UTS namespace of its own, empty, before the chroot;
+2. the helper gets a network, IPC and UTS namespace of its own, empty, and a private mount
+   namespace, in which the container's volumes and bind mounts are bound onto its root at
+   their destinations (as dockerd mounts them for ``docker cp``: a path inside a volume
+   resolves into the volume, for a running container and for a stopped one alike);
 3. ``chroot`` into the root, then the import system is sealed: every module the helper needs
    was imported before, and any later import fails instead of searching the container;
 4. capabilities are cut to the few the operation needs (never ``CAP_SYS_CHROOT``, so the
@@ -28,15 +31,26 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 
+from svc.storage.securejoin import mkdir_all, secure_join
+
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -60,6 +74,15 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class ConfineError(OSError):
     """A confinement step failed; the helper must not go on."""
+
+
+@dataclass(frozen=True)
+class BindMount:
+    """A host path (a volume's data, a bind's source) to show at ``destination``."""
+
+    source: str
+    destination: str
+    readonly: bool = False
 
 
 class _CapHeader(ctypes.Structure):
@@ -124,15 +147,51 @@ def keep_only(caps: Iterable[int], highest: int) -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-def confine(root: str, caps: Iterable[int]) -> None:
-    """Enter ``root`` for good with only ``caps`` (see the module docstring).
+def _mount(source: str | None, target: str, flags: int) -> None:
+    src = source.encode() if source is not None else None
+    _check(_libc.mount(src, target.encode(), None, flags, None), f"mount {target}")
+
+
+def _mount_point(root: Path, m: BindMount) -> str | None:
+    """The path in ``root`` to bind ``m`` over, made if missing (a directory, or an empty
+    file for a file's bind), resolved inside ``root``; None when the source is gone."""
+    try:
+        src = os.stat(m.source)
+    except OSError:
+        return None
+    if stat.S_ISDIR(src.st_mode):
+        return str(mkdir_all(root, m.destination))
+    parent, _, name = m.destination.rstrip("/").rpartition("/")
+    target = mkdir_all(root, parent or "/") / name
+    if not os.path.lexists(target):
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+    return str(secure_join(root, m.destination))
+
+
+def bind_mounts(root: str, mounts: Sequence[BindMount]) -> None:
+    """Bind each mount onto ``root`` (outer ones first), read-only where it is. Only in this
+    process's private mount namespace: nothing shows on the host."""
+    for m in sorted(mounts, key=lambda m: m.destination.rstrip("/").count("/")):
+        target = _mount_point(Path(root), m)
+        if target is None:
+            continue
+        _mount(m.source, target, MS_BIND | MS_REC)
+        if m.readonly:
+            _mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+
+
+def confine(root: str, caps: Iterable[int], mounts: Sequence[BindMount] = ()) -> None:
+    """Enter ``root`` for good with only ``caps`` and ``mounts`` bound in (see the module
+    docstring).
 
     Raises:
         ConfineError: a step failed; the process must exit without touching ``root``.
     """
     highest = last_cap()
     close_other_fds()
-    _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _mount(None, "/", MS_REC | MS_PRIVATE)
+    bind_mounts(root, mounts)
     os.chroot(root)
     os.chdir("/")
     seal_imports()

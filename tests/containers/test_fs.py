@@ -211,3 +211,49 @@ async def test_commit(api: httpx.AsyncClient) -> None:
 async def test_commit_errors(api: httpx.AsyncClient, params: dict[str, str]) -> None:
     r = await api.post("/commit", params=params)
     assert r.status_code == (404 if params else 400)
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
+async def test_archive_sees_volumes_and_binds(api: httpx.AsyncClient, tmp_path: Path,
+                                              running: bool) -> None:
+    """A path inside a volume or a bind mount is the mount's, for HEAD, GET, PUT and copy,
+    whether the container runs or not (as dockerd mounts them for docker cp)."""
+    host_dir = tmp_path / "bound"
+    host_dir.mkdir()
+    (host_dir / "from-host").write_text("host side\n")
+    cmd = ["sh", "-c", "echo in-volume > /vol1/v; sleep 300" if running
+           else "echo in-volume > /vol1/v"]
+    cid = (await create(api, cmd, Volumes={"/vol1": {}},
+                        HostConfig={"Binds": [f"{host_dir}:/bound", f"{host_dir}:/robound:ro"]}
+                        ))["Id"]
+    assert (await api.post(f"/containers/{cid}/start")).status_code == 204
+    if not running:
+        assert (await api.post(f"/containers/{cid}/wait")).json()["StatusCode"] == 0
+    else:
+        with trio.fail_after(10):
+            while (await api.head(f"/containers/{cid}/archive",
+                                  params={"path": "/vol1/v"})).status_code != 200:
+                await trio.sleep(0.05)
+    r = await api.head(f"/containers/{cid}/archive", params={"path": "/vol1/v"})
+    assert r.status_code == 200, r.text
+    r = await api.get(f"/containers/{cid}/archive", params={"path": "/vol1/v"})
+    assert r.status_code == 200 and read_member(r.content, "v") == b"in-volume\n"
+    r = await api.get(f"/containers/{cid}/archive", params={"path": "/bound/from-host"})
+    assert r.status_code == 200 and read_member(r.content, "from-host") == b"host side\n"
+    r = await api.put(f"/containers/{cid}/archive", params={"path": "/bound"},
+                      content=tar_of({"put-in": b"via the api\n"}))
+    assert r.status_code == 200, r.text
+    assert (host_dir / "put-in").read_text() == "via the api\n"
+    r = await api.put(f"/containers/{cid}/archive", params={"path": "/robound"},
+                      content=tar_of({"nope": b"x"}))
+    assert r.status_code == 403, r.text
+    r = await api.put(f"/containers/{cid}/archive", params={"path": "/vol1"},
+                      content=tar_of({"added": b"to the volume\n"}))
+    assert r.status_code == 200, r.text
+    vol = next(m for m in (await inspect(api, cid))["Mounts"] if m["Destination"] == "/vol1")
+    assert Path(vol["Source"], "added").read_text() == "to the volume\n"
+    r = await api.post(f"/containers/{cid}/copy", json={"Resource": "/vol1/v"})
+    assert r.status_code == 200 and read_member(r.content, "v") == b"in-volume\n"
+    # export is the container's own filesystem: no volume content in it
+    if not running:
+        assert "vol1/v" not in members((await api.get(f"/containers/{cid}/export")).content)

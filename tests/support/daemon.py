@@ -25,7 +25,8 @@ class Daemon:
     """One svcd process. ``probe=True`` runs the test daemon (svcd plus probe routes)."""
 
     def __init__(self, args: Sequence[str] = (), *, probe: bool = True,
-                 workdir: Path | None = None, hosts: Sequence[str] | None = None) -> None:
+                 workdir: Path | None = None, hosts: Sequence[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         # Short paths: unix socket names are limited to 108 bytes.
         self.dir = workdir or Path(tempfile.mkdtemp(prefix="svct-", dir="/tmp"))
         self._own_dir = workdir is None
@@ -35,6 +36,7 @@ class Daemon:
         self.pidfile = self.dir / "svc.pid"
         self.logfile = self.dir / "daemon.log"
         self.args = list(args)
+        self.env = dict(env or {})
         self.probe = probe
         self.hosts = list(hosts) if hosts is not None else [f"unix://{self.sock}"]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -72,7 +74,7 @@ class Daemon:
         if not cfg.exists():
             cfg.write_text("{}")
         log = open(self.logfile, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=log, env=env,
                                      stdin=subprocess.DEVNULL)
         log.close()

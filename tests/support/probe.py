@@ -147,4 +147,12 @@ def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
         assert model is not None
         return Response(model.wire(), content_type="application/json")
 
+    @bp.get("/_probe/routes")
+    async def routes() -> Response:
+        """Every route svcd serves (rule and methods): what the fuzz test drives."""
+        out = [{"rule": r.rule, "methods": sorted(r.methods - {"HEAD", "OPTIONS"})
+                if r.methods else []} for r in app.url_map.iter_rules()
+               if not r.rule.startswith("/_probe") and r.endpoint != "static"]
+        return Response(json.dumps(out), content_type="application/json")
+
     app.register_blueprint(bp)

@@ -9,8 +9,9 @@ import pydantic_core
 import trio
 from quart import Blueprint, Response, request
 
-from svc.api.hijack import RawStream, hijack
+from svc.api.hijack import hijack
 from svc.api.params import qfilters, qstr
+from svc.api.rawstream import RawStream
 from svc.api.versioning import Version, api_version
 from svc.engine.events import Event, Subscription
 from svc.errors import InvalidParameter
