@@ -3,6 +3,7 @@ connection), quickly, on every endpoint the hardening probe named."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -65,10 +66,8 @@ def _exchange(d: Daemon, data: bytes, timeout: float = 10) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(timeout)
         s.connect(str(d.sock))
-        try:
+        with contextlib.suppress(OSError):
             s.sendall(data)
-        except OSError:
-            pass
         out = b""
         while chunk := s.recv(65536):
             out += chunk
