@@ -13,6 +13,7 @@ import re
 import signal
 from typing import Any
 
+from svc.engine import security_opts
 from svc.engine.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
 from svc.models.containers import CreateBody, HostConfigBody
@@ -208,6 +209,8 @@ def check_host_config(hc: HostConfigBody, knobs: Knobs | None, *,
                                        f"{d.PathOnHost}: a combination of r, w and m")
         _check_network_mode(hc.NetworkMode)
         _check_cgroup_parent(hc.CgroupParent)
+        warnings += security_opts.warnings(security_opts.parse(hc.SecurityOpt),
+                                           hc.Privileged)
     if knobs is not None:
         warnings += _drop_missing_knobs(hc, knobs)
     return warnings

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from svc.engine import security_opts
 from svc.engine.container import Container
 from svc.engine.container_config import DEFAULT_PATH
 from svc.engine.userdb import ExecUser
 from svc.errors import InvalidParameter
+from svc.runtime import seccomp
 from svc.runtime.mounts import host_devices
 from svc.runtime.protocol import (
     BlkioRate,
@@ -43,12 +45,14 @@ from svc.runtime.spec import (
     with_hostname,
     with_mounts,
     with_namespaces,
+    with_no_new_privileges,
     with_oom_score_adj,
     with_privileged,
     with_process,
     with_resources,
     with_rlimits,
     with_root,
+    with_seccomp,
     with_shm_size,
 )
 from svc.storage.atomic import atomic_write
@@ -190,7 +194,22 @@ def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,
     score = hc.get("OomScoreAdj") or 0
     if score:
         opts.append(with_oom_score_adj(score))
+    opts += _security(hc)
     return build_spec(default_spec(), *opts)
+
+
+def _security(hc: dict[str, Any]) -> list[SpecOpt]:
+    """SecurityOpt (checked at create): a seccomp profile unless unconfined or privileged
+    (as dockerd), no-new-privileges. Last: the profile depends on the final capabilities."""
+    sec = security_opts.parse(hc.get("SecurityOpt"))
+    out: list[SpecOpt] = []
+    if sec.no_new_privileges:
+        out.append(with_no_new_privileges())
+    if not hc.get("Privileged") and sec.seccomp != "unconfined" and seccomp.supported():
+        profile = seccomp.default_profile() if sec.seccomp == "default" \
+            else seccomp.parse_profile(sec.seccomp)
+        out.append(with_seccomp(profile))
+    return out
 
 
 def write_bundle(bundle: Path, spec: Spec) -> None:

@@ -151,3 +151,16 @@ class CgroupFeatures:
     @property
     def blkio_weight(self) -> bool:
         return self._has("blkio", "blkio.weight")
+
+
+def apparmor_enabled() -> bool:
+    """Whether the kernel runs AppArmor (dockerd's check)."""
+    try:
+        return Path("/sys/module/apparmor/parameters/enabled").read_text().strip() == "Y"
+    except OSError:
+        return False
+
+
+def selinux_enabled() -> bool:
+    """Whether SELinux is mounted and active."""
+    return Path("/sys/fs/selinux/enforce").exists()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from svc.errors import InvalidParameter
+from svc.runtime import seccomp
 from svc.runtime.protocol import Device, DeviceRule, Mount, Resources, Rlimit
 
 Spec = dict[str, Any]
@@ -322,6 +323,22 @@ def with_rlimits(limits: Sequence[Rlimit]) -> SpecOpt:
         kept = [x for x in proc.get("rlimits", []) if x["type"] not in new]
         proc["rlimits"] = kept + [{"type": t, "hard": x.hard, "soft": x.soft}
                                   for t, x in new.items()]
+    return opt
+
+
+def with_seccomp(profile: dict[str, Any]) -> SpecOpt:
+    """Filter system calls with ``profile`` (Docker's format), its conditions evaluated for
+    the bounding capabilities the spec holds when this option applies (apply it last)."""
+    def opt(spec: Spec) -> None:
+        caps = list(spec["process"].get("capabilities", {}).get("bounding") or [])
+        spec.setdefault("linux", {})["seccomp"] = seccomp.to_oci(profile, caps)
+    return opt
+
+
+def with_no_new_privileges() -> SpecOpt:
+    """Neither setuid binaries nor file capabilities give the process anything more."""
+    def opt(spec: Spec) -> None:
+        spec["process"]["noNewPrivileges"] = True
     return opt
 
 
