@@ -52,3 +52,12 @@ class Unsupported(SvcError):
 
 class SystemError_(SvcError):  # noqa: N801 - trailing underscore avoids the builtin
     """An unexpected failure of the machine (disk, runtime) that the client cannot fix."""
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The one error inside nested exception groups of one member each (what a nursery
+    raises when a single task failed), so that clients read the error itself, never
+    "Exceptions from Trio nursery (1 sub-exception)"."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -10,6 +10,7 @@ import contextlib
 import io
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ def check_spec(spec: ImportSpec) -> None:
         raise InvalidParameter("cannot import to a digest reference: use repo and tag")
     if spec.src != "-" and not spec.src.startswith(("http://", "https://")):
         raise InvalidParameter(f"fromSrc must be - or an http(s) URL, not {spec.src!r}")
+    if spec.src != "-":
+        try:
+            parts = urllib.parse.urlsplit(spec.src)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as exc:
+            raise InvalidParameter(f"fromSrc is not a valid URL ({exc}): {spec.src!r}") \
+                from None
+        if not parts.hostname:
+            raise InvalidParameter(f"fromSrc names no host: {spec.src!r}")
 
 
 class _Progress(io.RawIOBase):

@@ -118,6 +118,13 @@ async def test_import_bad_parameters(api, params: dict[str, str], msg: str) -> N
     assert r.status_code == 400 and msg in r.text
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://x:99999/a", "http:///nohost"])
+async def test_import_from_a_malformed_url_is_a_400(api, url: str) -> None:  # type: ignore[no-untyped-def]
+    _, c = api
+    r = await c.post("/images/create", params={"fromSrc": url, "repo": "x"})
+    assert r.status_code == 400 and "fromSrc" in r.text and "Trio" not in r.text
+
+
 async def test_import_garbage_is_400_and_changes_nothing(api) -> None:  # type: ignore[no-untyped-def]
     d, c = api
     before = store_state(d)

@@ -23,7 +23,7 @@ from svc.engine.image_remove import remove_image
 from svc.engine.image_save import plan_save, save_size, write_save
 from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService
 from svc.engine.streams import FdWriter, ThreadWriter
-from svc.errors import InvalidParameter, SvcError, Unsupported
+from svc.errors import InvalidParameter, SvcError, Unsupported, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
 
@@ -153,11 +153,13 @@ async def _import_stream(svc: ImageService, spec: ImportSpec,
         async with send:
             try:
                 outcome["image"] = await import_image(svc, spec, body, send)
-            except SvcError as exc:
-                outcome["error"] = str(exc)
             except Exception as exc:  # headers are gone: report in the stream, as dockerd does
-                log.exception("import failed")
-                outcome["error"] = f"import failed: {exc}"
+                cause = unwrap(exc)
+                if isinstance(cause, SvcError):
+                    outcome["error"] = str(cause)
+                else:
+                    log.exception("import failed")
+                    outcome["error"] = f"import failed: {type(cause).__name__}: {cause}"
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(work)
