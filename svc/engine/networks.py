@@ -164,11 +164,16 @@ class NetworkService:
         self._ready = True
 
     def _setup(self) -> None:
+        if half := br.delete_links_named(self._staging_prefix):
+            log.info("removed half-made bridges a crash left: %s", ", ".join(half))
         bridges = self._bridges()
         for net in bridges:
             br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
-                             net.prefixlen6, alias=self._alias(net))
+                             net.prefixlen6, alias=self._alias(net),
+                             staging=self._staging(net))
         known = {n.bridge for n in bridges}
+        if stray := br.remove_stray_veths(known):
+            log.info("removed veths a crash left on the bridges: %s", ", ".join(stray))
         for name in br.owned_bridges(f"svc:{self.owner}:"):
             if name not in known:
                 log.info("removing the bridge %s, which no network names (a crash left it)",
@@ -178,6 +183,15 @@ class NetworkService:
         if removed:
             log.info("removed %d iptables rules left by a crash", removed)
         self._forwarding_turned_on = br.enable_forwarding()
+
+    def _staging(self, net: Network) -> str:
+        """The name a new bridge has until its alias is set (15 characters: ``svx``, then
+        owner and network id; ``x`` keeps it apart from hex-named bridges)."""
+        return f"{self._staging_prefix}{net.id[:5]}"
+
+    @property
+    def _staging_prefix(self) -> str:
+        return f"svx{self.owner[:7]}"
 
     def _alias(self, net: Network) -> str:
         return f"svc:{self.owner}:{net.id[:12]}"
@@ -271,7 +285,7 @@ class NetworkService:
 
     def _make_bridge(self, net: Network) -> None:
         br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
-                         alias=self._alias(net))
+                         alias=self._alias(net), staging=self._staging(net))
         self.firewall.apply("net", self._net_rules([*self._bridges(), net]))
 
     def _drop_bridge(self, net: Network) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,10 +57,15 @@ IFA_F_NODAD = 0x02  # an IPv6 address usable at once, without duplicate address 
 
 
 def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
-                  prefixlen6: int = 0, alias: str = "") -> None:
+                  prefixlen6: int = 0, alias: str = "", staging: str = "") -> None:
     """The bridge ``name`` with ``gateway/prefixlen`` (and ``gateway6/prefixlen6``) on it,
     up; made if missing. ``alias`` (the interface's ifalias) marks it as the daemon's, so a
     start can find the bridges a crash left (``owned_bridges``).
+
+    The kernel takes no alias in the message that creates a link, so a new bridge is made as
+    ``staging`` (a name the daemon recognises as its own), given its alias and only then
+    renamed: a crash at any point leaves a link that ``owned_bridges`` or the staging name
+    identifies, never an anonymous one.
 
     Raises:
         NetworkError: ``name`` is another kind of interface, or netlink refused.
@@ -68,8 +74,7 @@ def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
         with IPRoute() as ip:
             found = ip.link_lookup(ifname=name)
             if not found:
-                ip.link("add", ifname=name, kind="bridge")
-                found = ip.link_lookup(ifname=name)
+                found = _create_bridge(ip, name, alias, staging)
             elif _kind(ip, found[0]) != "bridge":
                 raise InterfaceTaken(f"the interface {name} exists and is not a bridge")
             idx = found[0]
@@ -82,6 +87,32 @@ def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
     except NetlinkError as exc:
         raise NetworkError(f"setting up the bridge {name} ({gateway}/{prefixlen}) failed: "
                            f"{exc}") from exc
+
+
+def _create_bridge(ip: IPRoute, name: str, alias: str, staging: str) -> list[int]:
+    if not (alias and staging):
+        ip.link("add", ifname=name, kind="bridge")
+        return list(ip.link_lookup(ifname=name))
+    for old in ip.link_lookup(ifname=staging):  # a crash's half-made bridge
+        ip.link("del", index=old)
+    ip.link("add", ifname=staging, kind="bridge")
+    idx = ip.link_lookup(ifname=staging)[0]
+    ip.link("set", index=idx, ifalias=alias)
+    ip.link("set", index=idx, ifname=name)
+    return [idx]
+
+
+def delete_links_named(prefix: str) -> list[str]:
+    """Delete every link whose name starts with ``prefix`` (half-made bridges); the names."""
+    removed = []
+    with IPRoute() as ip:
+        for link in ip.get_links():
+            ifname = str(link.get_attr("IFLA_IFNAME"))
+            if ifname.startswith(prefix):
+                with contextlib.suppress(NetlinkError):
+                    ip.link("del", index=link["index"])
+                    removed.append(ifname)
+    return removed
 
 
 def _kind(ip: IPRoute, idx: int) -> str:
@@ -172,6 +203,32 @@ def links_on(bridge: str) -> list[str]:
             return []
         return [str(link.get_attr("IFLA_IFNAME")) for link in ip.get_links()
                 if link.get_attr("IFLA_MASTER") == br[0]]
+
+
+def remove_stray_veths(bridges: Iterable[str]) -> list[str]:
+    """Delete the veths on ``bridges`` whose peer never left this namespace (an attach cut off
+    by a crash between creating the pair and moving its end into the container); the names.
+
+    A veth whose peer is in another namespace belongs to a process that still lives (the
+    pair dies with the namespace), so it is kept. One dump of the links serves every bridge.
+    """
+    removed: list[str] = []
+    with IPRoute() as ip:
+        links = ip.get_links()
+        wanted = set(bridges)
+        masters = {link["index"] for link in links
+                   if link.get_attr("IFLA_IFNAME") in wanted}
+        for link in links:
+            if link.get_attr("IFLA_MASTER") not in masters or \
+                    link.get_attr("IFLA_LINK_NETNSID") is not None:
+                continue
+            info = link.get_attr("IFLA_LINKINFO")
+            if info is None or info.get_attr("IFLA_INFO_KIND") != "veth":
+                continue
+            with contextlib.suppress(NetlinkError):
+                ip.link("del", index=link["index"])
+                removed.append(str(link.get_attr("IFLA_IFNAME")))
+    return removed
 
 
 def host_subnets() -> list[ipaddress.IPv4Network]:

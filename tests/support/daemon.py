@@ -192,6 +192,7 @@ def remove_bridge(name: str, bip: str, root: Path | None = None) -> None:
         Firewall(owner).clear()
         for bridge in br.owned_bridges(f"svc:{owner}:"):
             br.delete_bridge(bridge)
+        br.delete_links_named(f"svx{owner[:7]}")  # bridges a kill cut off before their alias
     br.delete_bridge(name)
 
 
