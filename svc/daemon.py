@@ -25,7 +25,7 @@ import trio
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from svc.api import hijack
+from svc.api import hijack, limits
 from svc.api.app import create_app
 from svc.api.server import (
     Listeners,
@@ -60,6 +60,9 @@ def setup_logging(config: DaemonConfig) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(_LEVELS[config.effective_log_level])
+    # pyroute2 logs every netlink message at debug level: thousands of lines per network
+    # operation, which drown the daemon's own debug log and slow it down.
+    logging.getLogger("pyroute2").setLevel(max(logging.INFO, root.level))
 
 
 def claim_pidfile(path: Path) -> None:
@@ -105,6 +108,9 @@ def run_daemon(config: DaemonConfig,
         log.warning("OCI runtime %r not found: containers cannot run until it is installed",
                     config.runtime)
     claim_pidfile(config.pidfile)
+    # Each connection costs a descriptor and the connection cap is half the soft limit: raise
+    # it to the hard limit as dockerd does (containers get their own from the spec).
+    log.debug("descriptor limit %d", limits.raise_nofile())
     try:
         try:
             engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,

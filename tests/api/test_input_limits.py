@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import resource
 import socket
 import time
 from pathlib import Path
@@ -115,3 +116,21 @@ def test_rss_stays_bounded(d: Daemon) -> None:
     rss = int(next(line for line in Path(f"/proc/{d.proc.pid}/status").read_text()
                    .splitlines() if line.startswith("VmRSS:")).split()[1]) << 10
     assert rss < 160 << 20, rss >> 20
+
+
+def test_the_daemon_raises_its_descriptor_limit_to_the_hard_one() -> None:
+    """The connection cap is half the soft limit, so the daemon lifts it as dockerd does:
+    started with a soft limit of 256 it runs with its hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        daemon = Daemon().start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert daemon.proc is not None
+        line = next(x for x in Path(f"/proc/{daemon.proc.pid}/limits").read_text()
+                    .splitlines() if x.startswith("Max open files"))
+        assert line.split()[3:5] == [str(hard), str(hard)], line
+    finally:
+        daemon.cleanup()
