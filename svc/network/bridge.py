@@ -18,6 +18,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from svc.network import addr_dump
 from svc.network.netns import in_netns
 
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
@@ -232,10 +233,16 @@ def remove_stray_veths(bridges: Iterable[str]) -> list[str]:
 
 
 def host_subnets() -> list[ipaddress.IPv4Network]:
-    """The IPv4 subnets of the host's interfaces (a new network must not overlap them)."""
-    with IPRoute() as ip:
-        return [ipaddress.IPv4Network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}",
-                                      strict=False) for a in ip.get_addr(family=2)]
+    """The IPv4 subnets of the host's interfaces (a new network must not overlap them).
+
+    One RTM_GETADDR dump read with a bare netlink socket: pyroute2 decodes every attribute
+    of every address, which cost 8 ms with 100 bridges on every network create; only the
+    prefix length and IFA_ADDRESS are needed here.
+    """
+    out = []
+    for prefixlen, addr in addr_dump.ipv4_addresses():
+        out.append(ipaddress.IPv4Network((addr, prefixlen), strict=False))
+    return out
 
 
 def enable_forwarding() -> bool:

@@ -6,9 +6,12 @@ networks' NAT, forwarding and isolation, ``ports-<container>`` for a container's
 ports) and ``key`` is a hash of the rule itself. So the daemon recognises exactly its own rules
 in ``iptables-save``'s output, whatever another program (or another svcd) has there:
 
-- a change is one ``iptables-save`` and one ``iptables-restore --noflush`` that removes and
-  adds just the difference, whatever the number of networks (dockerd of this generation, and
-  svc before, ran iptables once or twice per rule, and isolation made that quadratic);
+- a change is one ``iptables-restore --noflush`` that removes and adds just the difference,
+  whatever the number of networks (dockerd of this generation, and svc before, ran iptables
+  once or twice per rule, and isolation made that quadratic). After a full read
+  (``reconcile``) the daemon knows its own rules, so a change needs no ``iptables-save``; if a
+  removal finds its rule gone (someone else deleted it), the restore fails as a whole and the
+  change is made again from a fresh read;
 - a start reconciles: rules a crash left (of a network whose create was cut off, of a
   container's ports) go, missing ones come back.
 
@@ -88,6 +91,10 @@ class Firewall:
         self.owner = owner
         self.iptables = iptables
         self._lock = threading.Lock()
+        # comment -> rule of every rule of ours in the tables, known since the last full read
+        # (None: unknown, read before the next change)
+        self._known: dict[str, Rule] | None = None
+        self._chains: set[str] = set()  # our own chains that exist (with _known)
 
     @property
     def iso1(self) -> str:
@@ -102,8 +109,15 @@ class Firewall:
 
     def apply(self, scope: str, rules: Iterable[Rule]) -> None:
         """Make the rules of ``scope`` exactly ``rules``."""
+        wanted = list(rules)
         with self._lock:
-            self._sync({scope: list(rules)}, only=scope)
+            if self._known is not None:
+                try:
+                    self._apply_known(scope, wanted)
+                    return
+                except FirewallError:
+                    self._known = None  # changed behind our back: read the tables again
+            self._sync({scope: wanted}, only=scope)
 
     def reconcile(self, desired: Mapping[str, Iterable[Rule]]) -> int:
         """Make every scope of this owner exactly ``desired`` (a scope not named loses its
@@ -115,6 +129,31 @@ class Firewall:
         """Remove every rule and chain of this owner; returns how many rules went."""
         with self._lock:
             return self._sync({}, only=None, drop_chains=True)
+
+    def _apply_known(self, scope: str, rules: list[Rule]) -> None:
+        """The change from what this daemon knows it has, without reading the tables."""
+        assert self._known is not None
+        prefix = f"svc:{self.owner}:{scope}:"
+        want = {self.comment(scope, r): r for r in rules}
+        tables: dict[str, list[str]] = {}
+        gone = [c for c in self._known if c.startswith(prefix) and c not in want]
+        for c in gone:
+            r = self._known[c]
+            tables.setdefault(r.table, []).append(
+                " ".join([f"-D {r.chain}", *r.spec, "-m", "comment", "--comment", c]))
+        added = {c: r for c, r in want.items() if c not in self._known}
+        for c, r in added.items():
+            tables.setdefault(r.table, []).append(self._add_line(r, c))
+        if not tables:
+            return
+        known_chains = Saved(chains={"filter": {r.chain for r in self._known.values()}
+                                     | self._chains})
+        self._declare_chains(known_chains, added.values(), tables)
+        self._restore(tables)
+        for c in gone:
+            del self._known[c]
+        self._known.update(added)
+        self._chains = known_chains.chains["filter"] & {self.iso1, self.iso2}
 
     def _sync(self, desired: dict[str, list[Rule]], only: str | None,
               drop_chains: bool = False) -> int:
@@ -143,7 +182,18 @@ class Firewall:
                 if chain in saved.chains.get("filter", set()):
                     tables.setdefault("filter", []).extend([f"-F {chain}", f"-X {chain}"])
         if tables:
-            self._restore(tables)
+            try:
+                self._restore(tables)
+            except FirewallError:
+                self._known = None
+                raise
+        if only is None:  # a full read: from now on the daemon knows its rules
+            self._known = {} if drop_chains else dict(want)
+            self._chains = set() if drop_chains else \
+                saved.chains.get("filter", set()) & {self.iso1, self.iso2}
+        elif self._known is not None:
+            self._known = {c: r for c, r in self._known.items()
+                           if not c.startswith(prefix)} | want
         return removed
 
     @staticmethod

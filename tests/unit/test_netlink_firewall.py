@@ -1,0 +1,84 @@
+"""The two host adapters the network operations lean on, against the real kernel: the bare
+address dump (beside pyroute2's) and the firewall's batched, remembered rule changes (on a
+bridge name and an owner of this test's own, removed at the end)."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from pyroute2 import IPRoute
+
+from svc.network import addr_dump, netrules
+from svc.network.firewall import Firewall
+
+
+def test_the_address_dump_matches_pyroute2() -> None:
+    with IPRoute() as ip:
+        want = sorted((a["prefixlen"], ipaddress.IPv4Address(a.get_attr("IFA_ADDRESS")).packed)
+                      for a in ip.get_addr(family=2))
+    assert sorted(addr_dump.ipv4_addresses()) == want
+
+
+class CountingFirewall(Firewall):
+    def __init__(self, owner: str) -> None:
+        super().__init__(owner)
+        self.saves = 0
+
+    def _run(self, argv: list[str], stdin: str | None = None) -> str:
+        self.saves += argv[0].endswith("iptables-save")
+        return super()._run(argv, stdin)
+
+
+@pytest.fixture
+def fw() -> Iterator[CountingFirewall]:
+    if shutil.which("iptables-save") is None:
+        pytest.skip("iptables is not installed")
+    f = CountingFirewall(secrets.token_hex(5))
+    yield f
+    f.clear()
+
+
+def _ours(fw: Firewall) -> list[str]:
+    out = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if f"svc:{fw.owner}:" in line]
+
+
+def _net(fw: Firewall, n: int) -> list[netrules.Rule]:
+    bridges = [f"svu{fw.owner[:6]}{i}" for i in range(n)]
+    rules: list[netrules.Rule] = []
+    for i, b in enumerate(bridges):
+        rules += netrules.nat_rules(b, f"10.196.{i}.0/24")
+    return rules + netrules.isolation_rules(bridges, fw.iso1, fw.iso2)
+
+
+def test_changes_after_a_full_read_need_no_save(fw: CountingFirewall) -> None:
+    fw.reconcile({"net": _net(fw, 3)})
+    assert fw.saves == 1
+    fw.apply("net", _net(fw, 5))
+    assert any(f"svu{fw.owner[:6]}4" in line for line in _ours(fw))
+    fw.apply("net", _net(fw, 2))
+    fw.apply("ports-x", [netrules.rule("nat", "OUTPUT", "-p", "tcp", "--dport", "9", "-j",
+                                       "RETURN")])
+    assert fw.saves == 1  # known since the reconcile
+    assert not any(f"svu{fw.owner[:6]}{i}" in line for line in _ours(fw) for i in (2, 3, 4))
+    fw.apply("ports-x", [])
+    fresh = CountingFirewall(fw.owner)  # what a restart would read
+    assert fresh.reconcile({"net": _net(fw, 2)}) == 0  # nothing to remove: all as known
+
+
+def test_a_rule_removed_behind_its_back_is_handled_by_reading_again(
+        fw: CountingFirewall) -> None:
+    fw.reconcile({"net": _net(fw, 2)})
+    victim = next(line for line in _ours(fw)
+                  if "MASQUERADE" in line and f"svu{fw.owner[:6]}1" in line)
+    subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(victim)[1:]], check=True)
+    fw.apply("net", _net(fw, 1))  # its -D fails, so the change is made from a fresh read
+    assert fw.saves == 2
+    assert CountingFirewall(fw.owner).reconcile({"net": _net(fw, 1)}) == 0
+    assert fw.clear() > 0 and _ours(fw) == []
