@@ -33,6 +33,7 @@ from bench import (  # noqa: E402
     bench_network,
     bench_requests,
     bench_rss,
+    bench_scale,
     bench_streams,
     procs,
     report,
@@ -51,6 +52,8 @@ BENCHMARKS = [
     Benchmark("containers", bench_containers.containers),
     Benchmark("streams", bench_streams.streams),
     Benchmark("network", bench_network.network),
+    Benchmark("network_scale", bench_scale.network_scale),
+    Benchmark("fuzz_rss", bench_scale.fuzz_rss),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}
