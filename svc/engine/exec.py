@@ -103,10 +103,17 @@ class ExecService:
         if c.live is None or c.state.status is not State.RUNNING:
             raise Conflict(f"Container {c.id} is not running")
 
-    async def start(self, inst: ExecInstance, stream: trio.abc.Stream | None) -> None:
+    async def start(self, inst: ExecInstance, stream: trio.abc.Stream | None,
+                    raw_output: bool | None = None) -> None:
         """Start the process; with ``stream`` (not detached) serve it as an attached client
         until the output ends. A start failure (no such binary) is written to the stream
-        (ExitCode 126/127), as dockerd does, or raised when detached."""
+        (ExitCode 126/127), as dockerd does, or raised when detached.
+
+        ``raw_output`` is the start request's ``Tty``: as in dockerd, it alone decides whether
+        the stream is raw or stdcopy frames (create's ``Tty`` decides whether the process
+        gets a terminal). Both SDKs create with ``Tty: true`` and start with ``Tty: false``
+        and then read frames. None: as create said."""
+        raw = inst.tty if raw_output is None else raw_output
         c = inst.container
         self.check_startable(inst)
         inst.started = True
@@ -126,7 +133,7 @@ class ExecService:
                 raise
             msg = f"{exc}\n".encode()
             with contextlib.suppress(trio.BrokenResourceError):
-                await stream.send_all(msg if inst.tty else encode_frame(STDERR, msg))
+                await stream.send_all(msg if raw else encode_frame(STDERR, msg))
             return
         if stream is None:
             return
@@ -135,7 +142,7 @@ class ExecService:
             async def get() -> Any:
                 return inst.console if inst.tty else inst.stdin
             target = StdinTarget(get=get, close_on_eof=not inst.tty)
-        opts = SessionOptions(stdin=target is not None, tty=inst.tty,
+        opts = SessionOptions(stdin=target is not None, tty=raw,
                               detach_keys=inst.detach_keys)
         await session(stream, attachment, opts, target)
 

@@ -152,6 +152,19 @@ async def test_exec_tty_and_resize(cdaemon: Daemon, api: httpx.AsyncClient) -> N
     assert out.endswith(b"40 123\r\n")
 
 
+async def test_exec_framing_follows_the_start_requests_tty(cdaemon: Daemon,
+                                                          api: httpx.AsyncClient) -> None:
+    """As dockerd: create's Tty gives the process a terminal, start's Tty alone decides the
+    stream's framing. Both SDKs create with Tty true and start with Tty false, then demux."""
+    cid = await running(api)
+    eid = await exec_create(api, cid, ["sh", "-c", "tty >/dev/null && echo term"], Tty=True)
+    out = await exec_run(cdaemon, eid, tty=False)
+    assert demux(out)[1] == b"term\r\n"  # one stdout frame of the terminal's output
+    eid = await exec_create(api, cid, ["sh", "-c", "echo out; echo err >&2"])
+    out = await exec_run(cdaemon, eid, tty=True)
+    assert sorted(out.splitlines()) == [b"err", b"out"]  # raw, both streams merged
+
+
 async def test_exec_events(api: httpx.AsyncClient, cdaemon: Daemon) -> None:
     since = str(time.time() - 1)
     cid = await running(api)

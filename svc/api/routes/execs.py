@@ -56,7 +56,7 @@ async def start(exec_id: str) -> Response:
     raw = await hijack(request)
     raw.grow_send_buffer()
     try:
-        await svc.execs.start(inst, raw)
+        await svc.execs.start(inst, raw, raw_output=body.Tty)
     finally:
         await raw.aclose()
     return Response(b"")
