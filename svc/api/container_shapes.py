@@ -10,7 +10,8 @@ from svc.engine import ports
 from svc.engine.container import Container
 from svc.engine.container_state import State, human_duration, status_text
 from svc.engine.images import ImageService
-from svc.errors import SvcError
+from svc.engine.links import parse_link
+from svc.errors import InvalidParameter, SvcError
 from svc.models.containers import (
     ContainerInspect,
     ContainerStateBody,
@@ -71,7 +72,11 @@ def network_settings(c: Container) -> NetworkSettingsBody:
                                Ports=port_map if mode not in ("host", "none") else None)
     for net, cfg in planned:
         es = EndpointSettings(NetworkID=net.id, Aliases=cfg.get("Aliases") or None,
-                              IPAMConfig=cfg.get("IPAMConfig") or None)
+                              IPAMConfig=cfg.get("IPAMConfig") or None,
+                              Links=cfg.get("Links") or None)
+        if net.id in attached and not net.builtin and c.short_id not in (es.Aliases or []):
+            # dockerd adds the short id to a user network's aliases when it connects
+            es = es.model_copy(update={"Aliases": [*(es.Aliases or []), c.short_id]})
         if net.id in attached:
             info = attached[net.id][1]
             ep = info.endpoint
@@ -95,6 +100,22 @@ def mounts(c: Container) -> list[MountPoint]:
                        Propagation=m["Propagation"]) for m in c.mounts]
 
 
+def _host_config(c: Container) -> dict[str, Any]:
+    """The record's HostConfig, its links shown as dockerd shows them: ``/target:/linker/
+    alias`` (the form docker-py's and the CLI's code parse)."""
+    links = c.host_config.get("Links")
+    if not links:
+        return c.host_config
+    shown = []
+    for entry in links:
+        try:
+            target, alias = parse_link(entry)
+        except InvalidParameter:
+            continue
+        shown.append(f"/{target}:{c.name}/{alias}")
+    return dict(c.host_config, Links=shown or None)
+
+
 def inspect(c: Container, images: ImageService, version: Version,
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
     image = images.images.get(c.image_id)
@@ -107,7 +128,7 @@ def inspect(c: Container, images: ImageService, version: Version,
         HostnamePath=str(c.hostname_path), HostsPath=str(c.hosts_path),
         LogPath=str(c.log_path) if c.log_driver() == "json-file" else "", Name=c.name,
         RestartCount=c.restart_count, ExecIDs=list(c.exec_ids) or None,
-        HostConfig=c.host_config, GraphDriver={"Name": "overlay2", "Data": graph},
+        HostConfig=_host_config(c), GraphDriver={"Name": "overlay2", "Data": graph},
         Mounts=mounts(c), Config=_config(c, version), NetworkSettings=network_settings(c),
         SizeRw=sizes[0] if sizes else None, SizeRootFs=sizes[1] if sizes else None,
     ).model_dump(exclude_none=False)

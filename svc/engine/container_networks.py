@@ -10,7 +10,8 @@ from typing import Any
 from svc.engine.container import Container
 from svc.engine.container_run import RunnerDeps
 from svc.engine.container_state import State
-from svc.errors import Conflict, InvalidParameter, SvcError
+from svc.engine.links import parse_link
+from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody
 
 
@@ -60,7 +61,8 @@ class ContainerNetworking:
                 nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
                              str(ipam.get("IPv4Address") or ""),
                              list(config.get("Aliases") or []),
-                             str(ipam.get("IPv6Address") or ""))
+                             str(ipam.get("IPv6Address") or ""),
+                             links=list(config.get("Links") or []))
                 await nets.attach(c.id, c.live.pid, net, default_route=False)
             c.net_config[net.id] = config
             await self.deps.save(c)
@@ -84,6 +86,19 @@ class ContainerNetworking:
             await self.deps.save(c)
             c.notify()
 
+    async def remove_link(self, c: Container, alias: str) -> None:
+        """Drop the legacy link ``alias`` of ``c`` (``DELETE /containers/<c>/<alias>?link=1``).
+        As with dockerd, a running container's /etc/hosts and environment keep it until its
+        next start. 404 when ``c`` has no such link."""
+        async with c.lock:
+            links = list(c.host_config.get("Links") or [])
+            kept = [e for e in links if _alias_of(e) != alias]
+            if len(kept) == len(links):
+                raise NotFound(f"No such container: {c.name.lstrip('/')}/{alias}")
+            c.host_config["Links"] = kept or None
+            await self.deps.save(c)
+            c.notify()
+
     def network_names(self, c: Container) -> set[str]:
         """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
         mode = str(c.host_config.get("NetworkMode") or "default")
@@ -94,6 +109,13 @@ class ContainerNetworking:
         out = {x for n, _ in plan for x in (n.name, n.id)}
         return out | ({mode} if mode in ("host", "none") else set())
 
+
+
+def _alias_of(entry: str) -> str:
+    try:
+        return parse_link(entry)[1]
+    except InvalidParameter:
+        return ""
 
 
 def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -112,4 +134,8 @@ def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
         out["IPAMConfig"] = {k: v for k, v in (("IPv4Address", v4), ("IPv6Address", v6)) if v}
     if cfg.get("Aliases"):
         out["Aliases"] = [str(a) for a in cfg["Aliases"]]
+    if cfg.get("Links"):
+        for entry in cfg["Links"]:
+            parse_link(str(entry))  # 400 for a malformed one
+        out["Links"] = [str(x) for x in cfg["Links"]]
     return out

@@ -36,6 +36,7 @@ from svc.engine.networks import NetworkService
 from svc.engine.userdb import resolve_user
 from svc.engine.volumes import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
+from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mount_overlay, unmount
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
@@ -190,7 +191,10 @@ class Runner(Supervision):
                 ipam = cfg.get("IPAMConfig") or {}
                 nets.reserve(c.id, c.name, net, f"eth{i}", str(ipam.get("IPv4Address") or ""),
                              list(cfg.get("Aliases") or []),
-                             str(ipam.get("IPv6Address") or ""))
+                             str(ipam.get("IPv6Address") or ""),
+                             links=list(cfg.get("Links") or []),
+                             mac=parse_mac(str(c.config["MacAddress"]))
+                             if i == 0 and c.config.get("MacAddress") else "")
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
             link_hosts, link_env = self._links(c)

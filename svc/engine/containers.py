@@ -47,6 +47,7 @@ from svc.engine.links import parse_link
 from svc.engine.ports import bindings as port_bindings
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, HostConfigBody
+from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
 from svc.runtime.protocol import RuntimeFailure
@@ -152,9 +153,20 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
                 self.resolve(target)
             except NotFound:
                 raise NotFound(f"Could not get container for {target}") from None
-            if hc.NetworkMode not in ("", "default", "bridge"):
-                raise InvalidParameter("links are supported on the default bridge network "
-                                       "only; on a user network, use names and aliases")
+        if body.MacAddress:
+            try:
+                parse_mac(body.MacAddress)
+            except ValueError:
+                raise InvalidParameter(f"invalid MAC address {body.MacAddress!r}") from None
+        if hc.Links and hc.NetworkMode not in ("", "default", "bridge", "host", "none") \
+                and not hc.NetworkMode.startswith("container:"):
+            # as the CLI does for --link with --net: on a user network a link is an alias
+            # that only this container resolves (dockerd ignores HostConfig.Links there)
+            primary = next(iter(net_config), None) or self.deps.networks.resolve(
+                hc.NetworkMode).id
+            cfg = net_config.setdefault(primary, {})
+            cfg["Links"] = list(dict.fromkeys([*(cfg.get("Links") or []), *hc.Links]))
+            hc = hc.model_copy(update={"Links": None})
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
         hc_record = host_config_record(hc)

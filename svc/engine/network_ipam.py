@@ -24,6 +24,8 @@ class EndpointInfo:
     endpoint: br.Endpoint
     aliases: list[str] = field(default_factory=list)
     attached: bool = False
+    # endpoint links (``target:alias``): names only this container resolves on the network
+    links: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -106,9 +106,13 @@ class NetworkService:
         """Addresses, on the user networks ``cid`` is on, of the containers called ``name``
         (their name, an alias or their short id)."""
         found = []
-        for net, _ in self.of_container(cid):
+        for net, mine in self.of_container(cid):
             if net.builtin:
                 continue
+            for entry in mine.links:  # a link's alias, seen by the linking container only
+                target, _, alias = entry.partition(":")
+                if name == (alias or target).lstrip("/").lower():
+                    name = target.lstrip("/").lower()
             for other, info in net.endpoints.items():
                 names = {info.container.lstrip("/").lower(), other[:12],
                          *(a.lower() for a in info.aliases)}
@@ -328,8 +332,10 @@ class NetworkService:
         return next(f"eth{i}" for i in range(100) if f"eth{i}" not in used)
 
     def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
-                aliases: list[str] | None = None, static6: str = "") -> EndpointInfo:
-        """An address for container ``cid`` on ``net`` (freed by ``release``)."""
+                aliases: list[str] | None = None, static6: str = "", *,
+                links: list[str] | None = None, mac: str = "") -> EndpointInfo:
+        """An address for container ``cid`` on ``net`` (freed by ``release``); ``mac`` (the
+        container's MacAddress, for its first network) or dockerd's from the address."""
         if cid in net.endpoints:
             return net.endpoints[cid]
         if not self._ready:
@@ -346,10 +352,10 @@ class NetworkService:
         address6 = pick_address6(net, static6) if net.subnet6 else ""
         ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
                          prefixlen=net.prefixlen, gateway=net.gateway,
-                         mac=br.mac_for(address), ifname=ifname, address6=address6,
+                         mac=mac or br.mac_for(address), ifname=ifname, address6=address6,
                          prefixlen6=net.prefixlen6, gateway6=net.gateway6 if address6 else "")
         info = EndpointInfo(container=name, endpoint_id=secrets.token_hex(32), endpoint=ep,
-                            aliases=list(aliases or []))
+                            aliases=list(aliases or []), links=list(links or []))
         net.endpoints[cid] = info
         return info
 

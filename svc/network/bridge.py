@@ -54,6 +54,28 @@ def mac_for(address: str) -> str:
     return "02:42:" + ":".join(f"{b:02x}" for b in octets)
 
 
+def parse_mac(text: str) -> str:
+    """A MAC address as Go's net.ParseMAC takes a 6-byte one (``:`` or ``-`` separated, or
+    three dot-separated groups of four hex digits), in the kernel's lower-case form.
+
+    Raises:
+        ValueError: not such an address.
+    """
+    t = text.strip().lower()
+    if "." in t:
+        groups = t.split(".")
+        if len(groups) != 3 or any(len(g) != 4 for g in groups):
+            raise ValueError(text)
+        t = "".join(groups)
+        parts = [t[i:i + 2] for i in range(0, 12, 2)]
+    else:
+        parts = t.replace("-", ":").split(":")
+    if len(parts) != 6 or any(len(p) != 2 for p in parts):
+        raise ValueError(text)
+    int("".join(parts), 16)
+    return ":".join(parts)
+
+
 IFA_F_NODAD = 0x02  # an IPv6 address usable at once, without duplicate address detection
 
 

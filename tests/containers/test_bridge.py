@@ -139,6 +139,7 @@ async def test_links_on_the_default_bridge(api: httpx.AsyncClient) -> None:
     names = {tuple(c["Names"]) for c in (await api.get("/containers/json", params={
         "all": "1"})).json()}
     assert ("/linkdb", "/linkweb/db") in names
+    assert (await inspect(api, cid))["HostConfig"]["Links"] == ["/linkdb:/linkweb/db"]
     r = await api.post("/containers/create", json={"Image": "busybox", "Cmd": ["true"],
                                                    "HostConfig": {"Links": ["nosuch:x"]}})
     assert r.status_code == 404 and "Could not get container for nosuch" in r.text
@@ -146,3 +147,23 @@ async def test_links_on_the_default_bridge(api: httpx.AsyncClient) -> None:
     await api.post(f"/containers/{db}/wait")
     r = await api.post(f"/containers/{cid}/start")
     assert r.status_code == 409 and "Cannot link to a non running container" in r.text
+    # docker-py's remove_container('linkweb/db', link=True): the link goes, both stay
+    assert (await api.delete("/containers/linkweb/nosuch", params={"link": "1"})) \
+        .status_code == 404
+    assert (await api.delete("/containers/linkweb/db")).status_code == 404  # no link=1
+    r = await api.delete("/containers/linkweb/db", params={"link": "1"})
+    assert r.status_code == 204, r.text
+    assert (await inspect(api, cid))["HostConfig"]["Links"] is None
+    listed = (await api.get("/containers/json", params={"all": "1"})).json()
+    assert {c["Id"] for c in listed} >= {cid, db}
+    assert not any("/linkweb/db" in c["Names"] for c in listed)
+    assert (await api.post(f"/containers/{cid}/start")).status_code == 204  # no link now
+
+
+async def test_mac_address_is_applied(api: httpx.AsyncClient) -> None:
+    cid, code = await run(api, ["cat", "/sys/class/net/eth0/address"],
+                          MacAddress="92:d0:c6:0A:29:33")
+    assert code == 0 and (await output(api, cid)).strip() == "92:d0:c6:0a:29:33"
+    r = await api.post("/containers/create", json={"Image": "busybox", "Cmd": ["true"],
+                                                   "MacAddress": "92:d0:zz"})
+    assert r.status_code == 400 and "invalid MAC address" in r.text

@@ -89,3 +89,33 @@ async def test_daemon_dns_flag(spawn) -> None:  # type: ignore[no-untyped-def]
         assert "10.1.2.3" not in await output(c, cid)
         for item in (await c.get("/containers/json", params={"all": "1"})).json():
             await c.delete(f"/containers/{item['Id']}", params={"force": "1"})
+
+
+async def test_endpoint_links_and_the_short_id_alias(api: httpx.AsyncClient) -> None:
+    """EndpointConfig.Links on a user network (and HostConfig.Links with a user NetworkMode,
+    as the CLI's --link --net sends it): the alias resolves in the linking container only,
+    inspect shows the links, and a user network's Aliases carry the short id once attached."""
+    sub = str(ipaddress.IPv4Interface(_free_subnet()).network)
+    r = await api.post("/networks/create", json={"Name": "linknet",
+                                                 "IPAM": {"Config": [{"Subnet": sub}]}})
+    assert r.status_code == 201, r.text
+    db = await started(api, ["sleep", "60"], name="ldb", HostConfig={"NetworkMode": "linknet"})
+    db_ip = (await inspect(api, db))["NetworkSettings"]["Networks"]["linknet"]["IPAddress"]
+    ep = {"EndpointsConfig": {"linknet": {"Links": ["ldb:database"], "Aliases": ["app"]}}}
+    cid, code = await run(api, ["nslookup", "database"], HostConfig={"NetworkMode": "linknet"},
+                          NetworkingConfig=ep)
+    assert code == 0 and f"Address: {db_ip}" in await output(api, cid)
+    settings = (await inspect(api, cid))["NetworkSettings"]["Networks"]["linknet"]
+    assert settings["Links"] == ["ldb:database"]
+    running = await started(api, ["sleep", "60"], HostConfig={"NetworkMode": "linknet",
+                                                              "Links": ["ldb:db2"]})
+    info = await inspect(api, running)
+    assert info["NetworkSettings"]["Networks"]["linknet"]["Links"] == ["ldb:db2"]
+    assert info["NetworkSettings"]["Networks"]["linknet"]["Aliases"] == [running[:12]]
+    assert info["HostConfig"]["Links"] is None
+    other, code = await run(api, ["nslookup", "database"],
+                            HostConfig={"NetworkMode": "linknet"})
+    assert code != 0  # a link's alias is the linking container's own
+    for item in (await api.get("/containers/json", params={"all": "1"})).json():
+        await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
+    assert (await api.delete("/networks/linknet")).status_code == 204

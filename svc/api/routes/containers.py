@@ -26,7 +26,7 @@ from svc.engine.container_list import FILTERS, select
 from svc.engine.container_logs import follows, log_stream, read_log
 from svc.engine.containers import ContainerService
 from svc.engine.links import link_names
-from svc.errors import InvalidParameter
+from svc.errors import InvalidParameter, NotFound
 from svc.models.containers import (
     ChangeEntry,
     CommitResponse,
@@ -164,6 +164,16 @@ async def remove(ref: str) -> Response:
     c = _ctr(ref)
     # v: the container's anonymous volumes go too (named ones and binds never do)
     await containers().remove(c, force=qbool("force"), volumes=qbool("v"))
+    return no_content()
+
+
+@bp.delete("/containers/<ref>/<alias>")
+async def remove_link(ref: str, alias: str) -> Response:
+    """``DELETE /containers/<linker>/<alias>?link=1``: the legacy link goes, both containers
+    stay (docker-py's ``remove_container('b/alias', link=True)``)."""
+    if not qbool("link"):
+        raise NotFound(f"No such container: {ref}/{alias}")
+    await containers().remove_link(_ctr(ref), alias)
     return no_content()
 
 
