@@ -325,6 +325,8 @@ def host_config_record(hc: HostConfigBody) -> dict[str, Any]:
     out = hc.model_dump()
     if out.get("Mounts") is None:
         out.pop("Mounts", None)  # v1.25's field: shown only when a client sent it
+    if not out.get("Tmpfs"):
+        out.pop("Tmpfs", None)  # omitted when empty, as dockerd does
     if not out.get("NetworkMode"):
         out["NetworkMode"] = "default"
     if not out["LogConfig"].get("Type"):

@@ -93,7 +93,12 @@ def check_binds(hc: HostConfigBody) -> None:
         parse_bind(bind)
     for m in hc.Mounts or []:
         _check_mount(m)
-    check_driver(hc.VolumeDriver)
+    # VolumeDriver alone is accepted (dockerd uses it only when it makes a volume): an
+    # unknown driver is a 404 from the volume create it would take
+    for dest in hc.Tmpfs or {}:
+        if not dest.startswith("/") or dest == "/":
+            raise InvalidParameter(f"invalid tmpfs mount point {dest!r}: it must be an "
+                                   "absolute path other than /")
 
 
 def _check_mount(m: MountBody) -> None:
@@ -151,7 +156,11 @@ def plan(hc: HostConfigBody, volumes: dict[str, Any] | None,
         dest = _clean(mb.Target)
         _claim(own, dest)
         points[dest] = _from_mount(mb, dest, volume_path)
-    for dest in volumes or {}:
+    for dest in hc.Tmpfs or {}:  # mounted by the spec; a config Volume there is not made
+        _claim(own, _clean(dest))
+        points.pop(_clean(dest), None)
+    tmpfs = {_clean(d) for d in hc.Tmpfs or {}}
+    for dest in (d for d in volumes or {} if _clean(str(d)) not in tmpfs):
         dest = _clean(str(dest))
         if dest not in points:
             points[dest] = _point("volume", "", "", dest, "", True, "", copy=True,

@@ -160,6 +160,8 @@ def _binds(c: Container, readonly_root: bool) -> list[Mount]:
         else:
             mounts.append(bind_mount(m["Source"], m["Destination"], readonly=not m["RW"],
                                      propagation=m.get("Propagation") or "rprivate"))
+    for dest, data in (c.host_config.get("Tmpfs") or {}).items():  # HostConfig.Tmpfs
+        mounts.append(tmpfs_mount(dest, [o for o in str(data or "").split(",") if o]))
     return mounts
 
 

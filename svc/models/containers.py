@@ -88,6 +88,7 @@ class MountBody(WireModel):
 class HostConfigBody(WireModel):
     Binds: list[str] | None = None
     Mounts: list[MountBody] | None = None
+    Tmpfs: dict[str, str] | None = None  # path -> mount options (``--tmpfs /run:size=64m``)
     Links: list[str] | None = None
     Memory: int = 0
     MemorySwap: int = 0

@@ -257,3 +257,38 @@ async def test_volume_data_dir_is_private(vapi: httpx.AsyncClient, cdaemon: Daem
     """The volumes directory is the daemon's own (0700), like dockerd's."""
     assert (await vapi.post("/volumes/create", json={"Name": "priv"})).status_code == 201
     assert oct(os.stat(cdaemon.root / "volumes").st_mode & 0o777) == oct(0o700)
+
+
+async def test_hostconfig_tmpfs_is_kept_shown_and_mounted(api: httpx.AsyncClient) -> None:
+    cid, code = await run(api, ["sh", "-c", "grep ' /scratch ' /proc/mounts; "
+                                            "touch /scratch/x && echo writable"],
+                          HostConfig={"Tmpfs": {"/scratch": "rw,size=65536k,mode=700"}},
+                          Volumes={"/scratch": {}})
+    out = await output(api, cid)
+    assert code == 0, out
+    line = out.splitlines()[0].split()
+    assert line[:3] == ["tmpfs", "/scratch", "tmpfs"], out
+    assert {"nosuid", "nodev", "noexec", "size=65536k", "mode=700"} <= set(line[3].split(","))
+    assert "writable" in out
+    info = (await api.get(f"/containers/{cid}/json")).json()
+    assert info["HostConfig"]["Tmpfs"] == {"/scratch": "rw,size=65536k,mode=700"}
+    assert info["Mounts"] == []  # the tmpfs took the place of the config Volume
+    plain = (await create(api, ["true"]))["Id"]
+    assert "Tmpfs" not in (await api.get(f"/containers/{plain}/json")).json()["HostConfig"]
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"], "HostConfig": {"Tmpfs": {"relative": ""}}})
+    assert r.status_code == 400 and "tmpfs mount point" in r.text
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"],
+        "HostConfig": {"Tmpfs": {"/d": ""}, "Binds": ["/tmp:/d"]}})
+    assert r.status_code == 400 and "Duplicate mount point" in r.text
+
+
+async def test_volume_driver_without_volumes_is_accepted(api: httpx.AsyncClient) -> None:
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"], "HostConfig": {"VolumeDriver": "flocker"}})
+    assert r.status_code == 201, r.text
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"], "Volumes": {"/v": {}},
+        "HostConfig": {"VolumeDriver": "flocker"}})
+    assert r.status_code == 404 and "flocker" in r.text, r.text
