@@ -27,6 +27,7 @@ import math
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -214,6 +215,16 @@ class HijackH11Protocol(H11Protocol):
         if self.raw is not None and not isinstance(event, StreamClosed):
             return  # the view's own response after a takeover is dropped
         await super().stream_send(event)
+
+    async def _send_h11_event(self, event: Any) -> None:
+        """Status lines carry their reason phrase (``HTTP/1.1 404 Not Found``), as dockerd's
+        do; hypercorn sends none, and some clients print or match it."""
+        if isinstance(event, h11.Response | h11.InformationalResponse) and not event.reason:
+            with contextlib.suppress(ValueError):
+                event = type(event)(status_code=event.status_code, headers=event.headers,
+                                    http_version=event.http_version,
+                                    reason=HTTPStatus(event.status_code).phrase.encode())
+        await super()._send_h11_event(event)
 
     async def _maybe_recycle(self) -> None:
         # quart-trio cancels the request nursery on http.disconnect while this runs; unshielded,

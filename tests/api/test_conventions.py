@@ -95,3 +95,15 @@ async def test_connection_close_request_is_closed_by_the_server(daemon: Daemon) 
         while chunk := await s.receive_some():
             data += chunk
     assert data.endswith(b"OK")
+
+
+async def test_status_lines_carry_the_reason_phrase(daemon: Daemon) -> None:
+    """``HTTP/1.1 404 Not Found``, as dockerd writes them (hypercorn writes none)."""
+    for target, line in ((b"/_ping", b"HTTP/1.1 200 OK\r\n"),
+                         (b"/containers/nope/json", b"HTTP/1.1 404 Not Found\r\n"),
+                         (b"/containers/json?all=maybe", b"HTTP/1.1 400 Bad Request\r\n")):
+        s = await connect(daemon.sock)
+        await s.send_all(b"GET " + target + b" HTTP/1.1\r\nHost: svc\r\n\r\n")
+        head = await read_head(s, bytearray())
+        await s.aclose()
+        assert head.startswith(line), head
