@@ -26,6 +26,18 @@ class NotFound(SvcError):
     """The object the request names does not exist."""
 
 
+class PathNotFound(NotFound):
+    """A path in a container's files does not exist; the message names the container as the
+    client did (the api knows how: ``in_container``)."""
+
+    def __init__(self, path: str, container: str) -> None:
+        super().__init__(f"Could not find the file {path} in container {container}")
+        self.path = path
+
+    def in_container(self, ref: str) -> PathNotFound:
+        return PathNotFound(self.path, ref)
+
+
 class Conflict(SvcError):
     """The request is valid but clashes with the current state (name in use, running, ...)."""
 

@@ -33,7 +33,7 @@ from svc.engine.container import Container
 from svc.engine.container_run import Runner
 from svc.engine.container_state import State
 from svc.engine.images import Image, ImageService
-from svc.errors import Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
+from svc.errors import Forbidden, InvalidParameter, NotFound, PathNotFound, SvcError, SystemError_
 from svc.runtime.protocol import RuntimeFailure
 from svc.storage.layerproduce import produce_layer
 from svc.storage.tarformat import OPAQUE_XATTR
@@ -62,10 +62,13 @@ def _gone_or(c: Container, err: SvcError) -> SvcError:
     return err
 
 
-def _error(stderr: bytes, fallback: str) -> SvcError:
+def _error(stderr: bytes, fallback: str, c: Container | None = None,
+           path: str = "") -> SvcError:
     for line in stderr.decode(errors="replace").splitlines():
         with contextlib.suppress(ValueError, TypeError, KeyError):
             doc = json.loads(line)
+            if doc["kind"] == "not_found" and c is not None and path:
+                return PathNotFound(path, c.name.lstrip("/"))
             return KINDS.get(doc["kind"], InvalidParameter)(str(doc["message"]))
     return InvalidParameter(fallback + (": " + stderr.decode(errors="replace").strip()
                                         if stderr.strip() else ""))
@@ -106,7 +109,7 @@ class ContainerFS:
                                             capture_stdout=True, capture_stderr=True,
                                             check=False)
         if result.returncode != 0:
-            raise _gone_or(c, _error(result.stderr, f"cannot stat {path}"))
+            raise _gone_or(c, _error(result.stderr, f"cannot stat {path}", c, path))
         return dict(json.loads(result.stdout))
 
     async def get(self, c: Container, path: str) -> AsyncIterator[dict[str, Any] | bytes]:
@@ -117,7 +120,8 @@ class ContainerFS:
             first, rest = await _first_line(proc)
             if first is None:
                 await proc.wait()
-                raise _gone_or(c, _error(await _read_all(proc.stderr), f"cannot read {path}"))
+                raise _gone_or(c, _error(await _read_all(proc.stderr), f"cannot read {path}", c,
+                                               path))
             yield dict(json.loads(first))
             async for chunk in _chunks(proc, rest):
                 yield chunk
@@ -151,7 +155,7 @@ class ContainerFS:
             stderr = await _read_all(proc.stderr)
             code = await proc.wait()
         if code != 0:
-            raise _gone_or(c, _error(stderr, f"cannot extract into {path}"))
+            raise _gone_or(c, _error(stderr, f"cannot extract into {path}", c, path))
 
     # -- changes, commit --------------------------------------------------------------------
 

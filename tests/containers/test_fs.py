@@ -257,3 +257,21 @@ async def test_archive_sees_volumes_and_binds(api: httpx.AsyncClient, tmp_path: 
     # export is the container's own filesystem: no volume content in it
     if not running:
         assert "vol1/v" not in members((await api.get(f"/containers/{cid}/export")).content)
+
+
+async def test_a_missing_path_names_the_container_as_the_client_did(
+        api: httpx.AsyncClient) -> None:
+    """dockerd's text: ``Could not find the file <path> in container <name as given>``, on
+    every verb that reads or writes a path (the CLI and docker-py show it)."""
+    cid = (await create(api, ["true"], name="pathless"))["Id"]
+    for ref in ("pathless", cid[:12]):
+        want = f"Could not find the file /nope in container {ref}"
+        r = await api.get(f"/containers/{ref}/archive", params={"path": "/nope"})
+        assert r.status_code == 404 and r.json()["message"] == want, r.text
+        r = await api.head(f"/containers/{ref}/archive", params={"path": "/nope"})
+        assert r.status_code == 404
+        r = await api.put(f"/containers/{ref}/archive", params={"path": "/nope"},
+                          content=tar_of({"f": b"x"}))
+        assert r.status_code == 404 and r.json()["message"] == want, r.text
+        r = await api.post(f"/containers/{ref}/copy", json={"Resource": "/nope"})
+        assert r.status_code == 404 and want in r.text, r.text

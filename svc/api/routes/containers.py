@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from typing import Any
 
@@ -26,7 +27,7 @@ from svc.engine.container_list import FILTERS, select
 from svc.engine.container_logs import follows, log_stream, read_log
 from svc.engine.containers import ContainerService
 from svc.engine.links import link_names
-from svc.errors import InvalidParameter, NotFound
+from svc.errors import InvalidParameter, NotFound, PathNotFound
 from svc.models.containers import (
     ChangeEntry,
     CommitResponse,
@@ -368,7 +369,8 @@ async def export(ref: str) -> Response:
 @json_errors
 async def archive_head(ref: str) -> Response:
     c = _ctr(ref)
-    info = await containers().fs.stat(c, _archive_path())
+    with _file_of(ref):
+        info = await containers().fs.stat(c, _archive_path())
     return Response(b"", status=200, headers=_stat_headers(info))
 
 
@@ -376,7 +378,8 @@ async def archive_head(ref: str) -> Response:
 @json_errors
 async def archive_get(ref: str) -> Response:
     c = _ctr(ref)
-    chunks, info = await _tar_of(c, _archive_path())
+    with _file_of(ref):
+        chunks, info = await _tar_of(c, _archive_path())
     return Response(StreamBody(chunks, lambda: None), status=200,
                     content_type="application/x-tar", headers=_stat_headers(info))
 
@@ -386,8 +389,9 @@ async def archive_get(ref: str) -> Response:
 async def archive_put(ref: str) -> Response:
     c = _ctr(ref)
     path = _archive_path()
-    await containers().fs.put(c, path, request.body,
-                              no_overwrite_dir_non_dir=qbool("noOverwriteDirNonDir"))
+    with _file_of(ref):
+        await containers().fs.put(c, path, request.body,
+                                  no_overwrite_dir_non_dir=qbool("noOverwriteDirNonDir"))
     return Response(b"", status=200)
 
 
@@ -398,7 +402,8 @@ async def copy(ref: str) -> Response:
     assert body is not None
     if not body.Resource:
         raise InvalidParameter("Path cannot be empty")
-    chunks, _info = await _tar_of(c, body.Resource)
+    with _file_of(ref):
+        chunks, _info = await _tar_of(c, body.Resource)
     return Response(StreamBody(chunks, lambda: None), status=200,
                     content_type="application/x-tar")
 
@@ -409,6 +414,16 @@ async def _tar_of(c: Container, path: str) -> tuple[AsyncIterator[bytes], dict[s
     info = await stream.__anext__()
     assert isinstance(info, dict)
     return stream, info  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _file_of(ref: str) -> Iterator[None]:
+    """A missing path is named with the container as the client named it, as dockerd does
+    (``Could not find the file /x in container <ref>``)."""
+    try:
+        yield
+    except PathNotFound as exc:
+        raise exc.in_container(ref) from None
 
 
 def _archive_path() -> str:
