@@ -44,6 +44,9 @@ class Network:
     options: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     ipam_options: dict[str, str] = field(default_factory=dict)
+    aux: dict[str, str] = field(default_factory=dict)  # AuxiliaryAddresses: never given out
+    # an IPv6 pool declared without EnableIPv6: shown, not used (as dockerd)
+    declared6: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
 
     def record(self) -> dict[str, Any]:
@@ -51,7 +54,7 @@ class Network:
                 "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
                 "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
                 "Subnet6": self.subnet6, "Gateway6": self.gateway6,
-                "IPAMOptions": self.ipam_options,
+                "IPAMOptions": self.ipam_options, "Aux": self.aux, "Declared6": self.declared6,
                 "Options": self.options, "Labels": self.labels}
 
     @property
@@ -98,6 +101,20 @@ def pick_address6(net: Network, static: str) -> str:
         if i > 65536:
             break
     raise Conflict(f"no available IPv6 addresses on network {net.name} ({subnet})")
+
+
+def check_aux(aux: dict[str, str], subnet: str) -> dict[str, str]:
+    """AuxiliaryAddresses: each an IPv4 address inside the network's subnet (400 if not)."""
+    net = ipaddress.IPv4Network(subnet)
+    for name, address in aux.items():
+        try:
+            ok = ipaddress.IPv4Address(address) in net
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InvalidParameter(f"invalid auxiliary address {name}={address!r}: not an "
+                                   f"address of {net}")
+    return dict(aux)
 
 
 def plan_ipam6(subnet: str, gateway: str,

@@ -42,6 +42,7 @@ from svc.engine.events import EventBus
 from svc.engine.network_ipam import (
     EndpointInfo,
     Network,
+    check_aux,
     check_bip,
     free_address,
     pick_address6,
@@ -147,7 +148,8 @@ class NetworkService:
                 internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
                 labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
                 gateway6=str(r.get("Gateway6") or ""),
-                ipam_options=dict(r.get("IPAMOptions") or {}))
+                ipam_options=dict(r.get("IPAMOptions") or {}),
+                aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}))
         return new
 
     @property
@@ -248,28 +250,44 @@ class NetworkService:
                      options: dict[str, str] | None = None,
                      labels: dict[str, str] | None = None, subnet6: str = "",
                      gateway6: str = "", ipam_options: dict[str, str] | None = None,
-                     ) -> Network:
-        """A user bridge network; nothing is left if any step fails."""
+                     aux: dict[str, str] | None = None, enable_ipv6: bool = True,
+                     check_duplicate: bool = True) -> tuple[Network, str]:
+        """A user bridge network and a warning; nothing is left if any step fails.
+
+        As dockerd: a name in use is a 409 only with ``check_duplicate`` (the CLI sends it;
+        docker-py does not), else the second network is made with a warning; an IPv6 pool
+        without ``enable_ipv6`` is kept and shown but not used; ``aux`` addresses (a name
+        -> an address of the subnet) are never given to a container.
+        """
         check_network_name(name)
+        warning = ""
         wanted_bridge = bridge_name_option(options)
         if driver not in ("", "bridge"):
             raise NotFound(f"plugin not found: network driver {driver!r} (only bridge)")
         async with self._lock:
-            if any(n.name == name for n in self.networks.values()):
+            same = [n for n in self.networks.values() if n.name == name]
+            if same and (check_duplicate or same[0].builtin):
                 raise Conflict(f"network with name {name} already exists")
+            if same:
+                warning = f"Network with name {name} (id : {same[0].id}) already exists"
             if wanted_bridge and any(n.bridge == wanted_bridge for n in self._bridges()):
                 raise Conflict(f"the bridge {wanted_bridge} is used by another network")
             taken = await trio.to_thread.run_sync(self._subnets_in_use)
             net_subnet, net_gateway, net_range = plan_ipam(subnet, ip_range, gateway, taken)
             v6 = plan_ipam6(subnet6, gateway6, [ipaddress.IPv6Network(n.subnet6) for n in
                                                  self.networks.values() if n.subnet6])
+            declared6 = {}
+            if v6[0] and not enable_ipv6:
+                declared6, v6 = {"Subnet": v6[0], "Gateway": gateway6}, ("", "")
+            aux = check_aux(aux or {}, net_subnet)
             nid = secrets.token_hex(32)
             net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
                           ip_range=net_range, bridge=wanted_bridge or f"br-{nid[:12]}",
                           internal=internal,
                           options=dict(options or {}), labels=dict(labels or {}),
                           subnet6=v6[0], gateway6=v6[1],
-                          ipam_options=dict(ipam_options or {}))
+                          ipam_options=dict(ipam_options or {}), aux=aux,
+                          declared6=declared6)
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(self._make_bridge, net)
@@ -281,7 +299,7 @@ class NetworkService:
                 await self.save(nid, net.record())
                 self.networks[nid] = net
         self.events.publish("network", "create", nid, {"name": name, "type": "bridge"})
-        return net
+        return net, warning
 
     def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
         nets = [ipaddress.IPv4Network(n.subnet) for n in self.networks.values() if n.subnet]
@@ -340,7 +358,8 @@ class NetworkService:
             return net.endpoints[cid]
         if not self._ready:
             raise SystemError_("the networks are not set up (see the daemon's log)")
-        taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway}
+        taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway} | \
+            set(net.aux.values())
         address = static or free_address(net, taken)
         if static:
             ip = ipaddress.IPv4Address(static)

@@ -10,9 +10,12 @@ from svc.models.base import WireModel
 
 
 class IPAMConfigEntry(WireModel):
-    Subnet: str = ""
-    IPRange: str = ""
-    Gateway: str = ""
+    """One IPAM pool; clients send null for what they leave out (docker-py does)."""
+
+    Subnet: str | None = ""
+    IPRange: str | None = ""
+    Gateway: str | None = ""
+    AuxiliaryAddresses: dict[str, str] | None = None
 
 
 class IPAMBody(WireModel):

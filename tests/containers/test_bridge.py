@@ -93,7 +93,7 @@ async def test_builtin_networks(api: httpx.AsyncClient, cdaemon: Daemon) -> None
         ("bridge", "bridge", "local"), ("host", "host", "local"), ("none", "null", "local")]
     bridge = nets[0]
     assert bridge["IPAM"]["Config"] == [{"Subnet": str(ipaddress.IPv4Interface(
-        cdaemon.bip).network), "IPRange": "", "Gateway": str(ipaddress.IPv4Interface(
+        cdaemon.bip).network), "Gateway": str(ipaddress.IPv4Interface(
             cdaemon.bip).ip)}]
     assert bridge["Options"]["com.docker.network.bridge.name"] == cdaemon.bridge
     assert bridge["Internal"] is False and bridge["EnableIPv6"] is False

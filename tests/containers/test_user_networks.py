@@ -45,11 +45,11 @@ async def test_create_inspect_remove(api: httpx.AsyncClient) -> None:
     assert net["Options"] == {"com.example.opt": "1"} and net["Labels"] == {"k": "v"}
     gw = str(next(ipaddress.IPv4Network(sub).hosts()))
     assert net["Driver"] == "bridge" and net["Scope"] == "local" and net["Internal"] is False
-    assert net["IPAM"]["Config"] == [{"Subnet": sub, "IPRange": "", "Gateway": gw}]
+    assert net["IPAM"]["Config"] == [{"Subnet": sub, "Gateway": gw}]
     bridge = f"br-{net['Id'][:12]}"  # type: ignore[index]
     assert bridge in [link for link in _links()]
     for body, status, message in [
-        ({"Name": "n1"}, 409, "already exists"),
+        ({"Name": "n1", "CheckDuplicate": True}, 409, "already exists"),
         ({"Name": "n2", "IPAM": {"Config": [{"Subnet": sub}]}}, 409, "Pool overlaps"),
         ({"Name": "n3", "IPAM": {"Config": [{"Subnet": "10.0.0.0/33"}]}}, 400, "invalid subnet"),
         ({"Name": "n4", "Driver": "overlay"}, 404, "plugin not found"),
@@ -159,7 +159,7 @@ async def test_ipv6_network(api: httpx.AsyncClient) -> None:
     net = await new_network(api, "six", EnableIPv6=True, IPAM={"Config": [
         {"Subnet": subnet()}, {"Subnet": f"{prefix}/64"}]})
     assert net["EnableIPv6"] is True
-    assert net["IPAM"]["Config"][1] == {"Subnet": f"{prefix}/64", "IPRange": "",  # type: ignore[index]
+    assert net["IPAM"]["Config"][1] == {"Subnet": f"{prefix}/64",  # type: ignore[index]
                                         "Gateway": f"{prefix}1"}
     fixed = f"{prefix}42"
     server = await started(api, ["sleep", "30"], HostConfig={"NetworkMode": "six"},
@@ -251,3 +251,41 @@ async def test_user_networks_cleanup(api: httpx.AsyncClient) -> None:
             for item in (await api.get("/containers/json", params={"all": "1"})).json():
                 await api.delete(f"/containers/{item['Id']}", params={"force": "1"})
             await api.delete(f"/networks/{n['Id']}")
+
+
+async def test_create_as_docker_py_sends_it(api: httpx.AsyncClient) -> None:
+    """The variants dockerd accepts: null IPRange and Gateway (docker-py's create_ipam_pool),
+    an IPv6 pool without EnableIPv6 (kept and shown, not used), AuxiliaryAddresses (shown
+    and never given to a container), and a second network of a name in use when
+    CheckDuplicate is false (docker-py's default), with a Warning."""
+    sub = subnet()
+    net = ipaddress.IPv4Network(sub)
+    aux = str(net.network_address + 1)
+    prefix = f"fd{random.randint(0, 255):02x}:{random.randint(0, 65535):x}:2::"
+    r = await api.post("/networks/create", json={"Name": "pyish", "IPAM": {
+        "Driver": "default", "Config": [
+            {"Subnet": sub, "IPRange": None, "Gateway": None,
+             "AuxiliaryAddresses": {"router": aux}},
+            {"Subnet": f"{prefix}/64", "Gateway": None, "IPRange": None}]}})
+    assert r.status_code == 201, r.text
+    info = (await api.get(f"/networks/{r.json()['Id']}")).json()
+    assert info["EnableIPv6"] is False
+    assert info["IPAM"]["Config"][0]["AuxiliaryAddresses"] == {"router": aux}
+    assert info["IPAM"]["Config"][1] == {"Subnet": f"{prefix}/64"}
+    cid = await started(api, ["sleep", "30"], HostConfig={"NetworkMode": "pyish"})
+    es = (await inspect(api, cid))["NetworkSettings"]["Networks"]["pyish"]
+    assert es["IPAddress"] not in (aux, str(net.network_address + 1))  # aux and gateway
+    assert es["GlobalIPv6Address"] == ""  # the v6 pool is not used without EnableIPv6
+    r = await api.post("/networks/create", json={"Name": "pyish", "CheckDuplicate": True})
+    assert r.status_code == 409
+    r = await api.post("/networks/create", json={"Name": "pyish"})
+    assert r.status_code == 201 and "already exists" in r.json()["Warning"], r.text
+    second = r.json()["Id"]
+    r = await api.post("/networks/create", json={"Name": "bridge"})
+    assert r.status_code == 409  # a built-in name, whatever CheckDuplicate says
+    r = await api.post("/networks/create", json={"Name": "auxbad", "IPAM": {"Config": [
+        {"Subnet": subnet(), "AuxiliaryAddresses": {"x": "192.0.2.1"}}]}})
+    assert r.status_code == 400 and "auxiliary address" in r.text
+    await api.delete(f"/containers/{cid}", params={"force": "1"})
+    assert (await api.delete(f"/networks/{second}")).status_code == 204
+    assert (await api.delete("/networks/pyish")).status_code == 204

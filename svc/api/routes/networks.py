@@ -32,11 +32,19 @@ def networks() -> NetworkService:
     return engine_of().networks
 
 
+def _pool(subnet: str, ip_range: str = "", gateway: str = "",
+          aux: dict[str, str] | None = None) -> dict[str, Any]:
+    """An IPAM Config entry as dockerd writes it: empty fields left out."""
+    return {k: v for k, v in (("Subnet", subnet), ("IPRange", ip_range), ("Gateway", gateway),
+                              ("AuxiliaryAddresses", aux)) if v}
+
+
 def shape(n: Network) -> dict[str, Any]:
-    config = [IPAMConfigEntry(Subnet=n.subnet, IPRange=n.ip_range, Gateway=n.gateway)] \
-        if n.subnet else []
+    config = [_pool(n.subnet, n.ip_range, n.gateway, n.aux)] if n.subnet else []
     if n.subnet6:
-        config.append(IPAMConfigEntry(Subnet=n.subnet6, Gateway=n.gateway6))
+        config.append(_pool(n.subnet6, gateway=n.gateway6))
+    elif n.declared6:
+        config.append(_pool(n.declared6["Subnet"], gateway=n.declared6.get("Gateway", "")))
     options = dict(n.options)
     if n.builtin and n.bridge:
         options.update({"com.docker.network.bridge.name": n.bridge,
@@ -49,9 +57,10 @@ def shape(n: Network) -> dict[str, Any]:
         if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
     body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver,
-                       IPAM=IPAMBody(Config=config, Options=n.ipam_options or None),
+                       IPAM=IPAMBody(Config=[], Options=n.ipam_options or None),
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options, Labels=n.labels or None).model_dump()
+    body["IPAM"]["Config"] = config
     if api_version() < (1, 23):
         for key in ("EnableIPv6", "Internal", "Labels"):
             body.pop(key)
@@ -87,12 +96,12 @@ async def create() -> Response:
     body = await json_body(NetworkCreateBody)
     assert body is not None
     entries = (body.IPAM.Config or []) if body.IPAM else []
-    v4 = [e for e in entries if ":" not in e.Subnet]
-    v6 = [e for e in entries if ":" in e.Subnet]
+    v4 = [e for e in entries if ":" not in (e.Subnet or "")]
+    v6 = [e for e in entries if ":" in (e.Subnet or "")]
     if len(v4) > 1 or len(v6) > 1:
         raise InvalidParameter("IPAM Config: one IPv4 and one IPv6 subnet per network")
-    if v6 and not body.EnableIPv6:
-        raise InvalidParameter("IPAM Config has an IPv6 subnet: set EnableIPv6")
+    if v6 and v6[0].AuxiliaryAddresses:
+        raise InvalidParameter("AuxiliaryAddresses are taken on the IPv4 pool only")
     if body.EnableIPv6 and not v6:
         raise InvalidParameter("EnableIPv6 needs an IPv6 subnet in IPAM Config "
                                "(e.g. fd00:1::/64)")
@@ -100,13 +109,14 @@ async def create() -> Response:
         raise NotFound(f"plugin not found: IPAM driver {body.IPAM.Driver!r}")
     e = v4[0] if v4 else IPAMConfigEntry()
     e6 = v6[0] if v6 else IPAMConfigEntry()
-    net = await networks().create(body.Name, driver=body.Driver, subnet=e.Subnet,
-                                  ip_range=e.IPRange, gateway=e.Gateway,
-                                  internal=body.Internal, options=body.Options,
-                                  labels=body.Labels, subnet6=e6.Subnet,
-                                  gateway6=e6.Gateway,
-                                  ipam_options=body.IPAM.Options if body.IPAM else None)
-    return json_response(NetworkCreateResponse(Id=net.id), status=201)
+    net, warning = await networks().create(
+        body.Name, driver=body.Driver, subnet=e.Subnet or "", ip_range=e.IPRange or "",
+        gateway=e.Gateway or "", internal=body.Internal, options=body.Options,
+        labels=body.Labels, subnet6=e6.Subnet or "", gateway6=e6.Gateway or "",
+        ipam_options=body.IPAM.Options if body.IPAM else None,
+        aux=e.AuxiliaryAddresses, enable_ipv6=body.EnableIPv6,
+        check_duplicate=body.CheckDuplicate)
+    return json_response(NetworkCreateResponse(Id=net.id, Warning=warning), status=201)
 
 
 @bp.delete("/networks/<ref>")
