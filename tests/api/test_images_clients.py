@@ -135,3 +135,20 @@ def test_dockerpy1_image_calls(daemon: Daemon, tmp_path: Path) -> None:
     assert sorted(t for i in out["images"] for t in i["RepoTags"]) == ["old:other", "old:py"]
     assert out["history"][0]["Id"] == image_id
     assert out["reloaded"] == image_id
+
+
+SDK7_BAD_LOAD = """
+import sys, docker
+c = docker.DockerClient(base_url=sys.argv[1], version="1.23")
+try:
+    c.images.load(b"this is not an image archive" * 100)
+except docker.errors.ImageLoadError as exc:
+    print("ImageLoadError:", exc)
+"""
+
+
+def test_sdk7_load_of_a_bad_archive_raises_its_load_error(daemon: Daemon) -> None:
+    """dockerd answers 200 with the error in the stream; the SDK raises ImageLoadError from
+    that line (a 400 made it raise a bare APIError instead)."""
+    out = run_sdk("sdk7", SDK7_BAD_LOAD, daemon.url)
+    assert out.startswith("ImageLoadError: invalid image archive"), out

@@ -23,7 +23,7 @@ from svc.engine.image_remove import remove_image
 from svc.engine.image_save import plan_save, save_size, write_save
 from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService
 from svc.engine.streams import FdWriter, ThreadWriter
-from svc.errors import InvalidParameter, SvcError, Unsupported, unwrap
+from svc.errors import InvalidParameter, NotFound, SvcError, Unsupported, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
 
@@ -173,7 +173,16 @@ async def _import_stream(svc: ImageService, spec: ImportSpec,
 
 @bp.post("/images/load")
 async def load() -> Response:
-    lines = await load_images(images(), request.body)
+    """A bad archive is answered as dockerd answers it: 200 and the error in the JSON
+    stream (the SDK raises its ImageLoadError from that line); nothing is changed."""
+    try:
+        lines = await load_images(images(), request.body)
+    except Exception as exc:  # the load's nursery wraps what its tasks raise
+        err = unwrap(exc)
+        if not isinstance(err, InvalidParameter | NotFound):
+            raise err from None
+        return Response(Msg(error=str(err), errorDetail={"message": str(err)}).line(),
+                        content_type="application/json")
     return Response(b"".join(Msg(stream=line + "\n").line() for line in lines),
                     content_type="application/json")
 
