@@ -69,6 +69,13 @@ def check_name(name: str) -> None:
             "directory, use absolute path")
 
 
+def _pattern(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise InvalidParameter(f"invalid filter 'name={text}': {exc}") from None
+
+
 def check_driver(driver: str) -> None:
     if driver not in ("", DRIVER):
         raise NotFound(f"volume driver {driver!r} not found: only the local driver is "
@@ -125,10 +132,23 @@ class VolumeService:
             raise NotFound(f"get {name}: no such volume")
         return v
 
-    def select(self, dangling: bool | None = None) -> list[Volume]:
+    def select(self, dangling: bool | None = None, names: list[str] | None = None,
+               drivers: list[str] | None = None,
+               labels: list[str] | None = None) -> list[Volume]:
+        """The volumes the list filters keep, as dockerd filters them: ``name`` a regular
+        expression searched in the name, ``driver`` exact, ``label`` ``key`` or
+        ``key=value`` (every one must hold); values of one filter are alternatives."""
         out = sorted(self.volumes.values(), key=lambda v: v.name)
         if dangling is not None:
             out = [v for v in out if (not self.referrers(v.name)) == dangling]
+        if names:
+            patterns = [_pattern(n) for n in names]
+            out = [v for v in out if any(p.search(v.name) for p in patterns)]
+        if drivers:
+            out = [v for v in out if v.driver in drivers]
+        for label in labels or []:
+            key, sep, value = label.partition("=")
+            out = [v for v in out if key in v.labels and (not sep or v.labels[key] == value)]
         return out
 
     async def create(self, name: str | None, *, driver: str = "", options: dict[str, str] | None

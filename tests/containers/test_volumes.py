@@ -65,7 +65,15 @@ async def test_volume_endpoints(vapi: httpx.AsyncClient, cdaemon: Daemon) -> Non
     assert [x["Name"] for x in r.json()["Volumes"]] == [anon["Name"]]
     r = await vapi.get("/volumes", params={"filters": json.dumps({"dangling": ["false"]})})
     assert [x["Name"] for x in r.json()["Volumes"]] == ["data1"]
-    r = await vapi.get("/volumes", params={"filters": json.dumps({"driver": ["local"]})})
+    # name (a regular expression searched in the name, as dockerd), driver, label
+    for filters, names in (({"name": ["ata1"]}, ["data1"]), ({"name": ["^data"]}, ["data1"]),
+                           ({"name": ["nomatch"]}, []), ({"driver": ["other"]}, []),
+                           ({"driver": ["local"], "name": ["data1"]}, ["data1"])):
+        r = await vapi.get("/volumes", params={"filters": json.dumps(filters)})
+        assert [x["Name"] for x in r.json()["Volumes"]] == names, filters
+    r = await vapi.get("/volumes", params={"filters": json.dumps({"name": ["("]})})
+    assert r.status_code == 400 and "invalid filter" in r.text
+    r = await vapi.get("/volumes", params={"filters": json.dumps({"color": ["x"]})})
     assert r.status_code == 400
     r = await vapi.delete("/volumes/data1")
     assert r.status_code == 409 and "volume is in use" in r.text and cid in r.text
@@ -292,3 +300,15 @@ async def test_volume_driver_without_volumes_is_accepted(api: httpx.AsyncClient)
         "Image": "busybox", "Cmd": ["true"], "Volumes": {"/v": {}},
         "HostConfig": {"VolumeDriver": "flocker"}})
     assert r.status_code == 404 and "flocker" in r.text, r.text
+
+
+async def test_volume_label_filter(api: httpx.AsyncClient) -> None:
+    for name, labels in (("lab1", {"tier": "db"}), ("lab2", {"tier": "web"}), ("lab3", {})):
+        r = await api.post("/volumes/create", json={"Name": name, "Labels": labels})
+        assert r.status_code == 201, r.text
+    for label, names in (("tier", ["lab1", "lab2"]), ("tier=db", ["lab1"]), ("x", [])):
+        r = await api.get("/volumes", params={"filters": json.dumps({"label": [label],
+                                                                     "name": ["^lab"]})})
+        assert [v["Name"] for v in r.json()["Volumes"]] == names, label
+    for name in ("lab1", "lab2", "lab3"):
+        assert (await api.delete(f"/volumes/{name}")).status_code == 204

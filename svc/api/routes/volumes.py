@@ -32,13 +32,15 @@ def shape(v: Volume) -> dict[str, Any]:
 
 @bp.get("/volumes")
 async def list_volumes() -> Response:
-    filters = qfilters(("dangling",))
+    filters = qfilters(("dangling", "name", "driver", "label"))
     dangling = None
     for value in filters.get("dangling", []):
         if value.lower() not in TRUTH:
             raise InvalidParameter(f"Invalid filter 'dangling={value}': true or false")
         dangling = TRUTH[value.lower()]
-    return json_response({"Volumes": [shape(v) for v in volumes().select(dangling)]})
+    found = volumes().select(dangling, names=filters.get("name"),
+                             drivers=filters.get("driver"), labels=filters.get("label"))
+    return json_response({"Volumes": [shape(v) for v in found]})
 
 
 @bp.post("/volumes/create")
