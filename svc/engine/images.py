@@ -227,7 +227,7 @@ class ImageService:
                 continue  # an intermediate image
             if not _labels_match(filters.get("label", []), img.container_config.get("Labels")):
                 continue
-            if name_pattern and not any(_name_matches(name_pattern, t) for t in tags):
+            if name_pattern and not any(name_matches(name_pattern, t) for t in tags):
                 continue
             out.append(img)
         return out
@@ -370,9 +370,11 @@ def _labels_match(wanted: list[str], labels: object) -> bool:
     return True
 
 
-def _name_matches(pattern: str, ref: str) -> bool:
-    """The old ``filter=`` parameter: a glob over the repository (or repository:tag)."""
+def name_matches(pattern: str, ref: str) -> bool:
+    """The old ``filter=`` parameter (the CLI sends it below API 1.25 for ``docker images
+    REPO``): a glob over the repository (or repository:tag)."""
     if "@" in ref:
         return False
     repo, _, _tag = ref.rpartition(":")
-    return fnmatch.fnmatchcase(ref if ":" in pattern else repo, pattern)
+    tagged = ":" in pattern.rpartition("/")[2]  # a registry's port is not a tag
+    return fnmatch.fnmatchcase(ref if tagged else repo, pattern)

@@ -432,6 +432,13 @@ async def test_list_filter_param_and_digests(api) -> None:  # type: ignore[no-un
         "web:latest", "webapp:latest"]
     assert names(await c.get("/images/json", params={"filter": "db"})) == ["db:latest"]
     assert names(await c.get("/images/json", params={"filter": "web:latest"})) == ["web:latest"]
+    # an image tagged in two repositories shows only the tags the filter matches (the CLI
+    # sends filter= for `docker images REPO` below API 1.25)
+    assert (await c.post("/images/db/tag", params={"repo": "other", "tag": "v1"})) \
+        .status_code == 201
+    assert names(await c.get("/images/json", params={"filter": "db"})) == ["db:latest"]
+    assert names(await c.get("/images/json", params={"filter": "other"})) == ["other:v1"]
+    assert names(await c.get("/images/json")).count("other:v1") == 1
     listed = (await c.get("/images/json", params={"digests": "1"})).json()
     assert all(i["RepoDigests"] == ["<none>@<none>"] for i in listed)
 

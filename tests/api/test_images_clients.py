@@ -40,6 +40,11 @@ def test_docker_cli_image_commands(spawn, tmp_path: Path) -> None:  # type: igno
     assert digests.returncode == 0 and "DIGEST" in digests.stdout
 
     assert docker_cli(host, "tag", "busybox:cli", "127.0.0.1:5000/me/bb:1").returncode == 0
+    # `docker images REPO` (filter= below API 1.25): only that repository's tags, though the
+    # image has others
+    mine = docker_cli(host, "images", "--format", "{{.Repository}}:{{.Tag}}",
+                      "127.0.0.1:5000/me/bb")
+    assert mine.stdout.split() == ["127.0.0.1:5000/me/bb:1"], mine
     insp = json.loads(docker_cli(host, "inspect", "127.0.0.1:5000/me/bb:1").stdout)
     assert insp[0]["Id"] == image_id and insp[0]["Config"]["Cmd"] == ["sh"]
     assert insp[0]["Comment"] == "via cli"

@@ -21,7 +21,7 @@ from svc.engine.image_import import ImportSpec, check_spec, import_image, sniff_
 from svc.engine.image_load import load_images
 from svc.engine.image_remove import remove_image
 from svc.engine.image_save import plan_save, save_size, write_save
-from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService
+from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
 from svc.engine.streams import FdWriter, ThreadWriter
 from svc.errors import InvalidParameter, NotFound, SvcError, Unsupported, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
@@ -37,9 +37,14 @@ def images() -> ImageService:
     return engine_of().images
 
 
-def summary(svc: ImageService, img: Image, version: Version) -> dict[str, Any]:
+def summary(svc: ImageService, img: Image, version: Version,
+            name_pattern: str | None = None) -> dict[str, Any]:
+    """One list entry; with the old ``filter=`` only the tags it matches, as dockerd."""
+    tags = svc.repo_tags(img.id)
+    if name_pattern:
+        tags = [t for t in tags if name_matches(name_pattern, t)]
     body = ImageSummary(
-        Id=img.id, ParentId=img.parent or "", RepoTags=svc.repo_tags(img.id) or [NONE_TAG],
+        Id=img.id, ParentId=img.parent or "", RepoTags=tags or [NONE_TAG],
         RepoDigests=svc.repo_digests(img.id) or [NONE_DIGEST], Created=img.created_ns // 10**9,
         Size=img.size, VirtualSize=img.size, Labels=img.container_config.get("Labels"),
     ).model_dump()
@@ -52,9 +57,10 @@ def summary(svc: ImageService, img: Image, version: Version) -> dict[str, Any]:
 async def list_images() -> Response:
     svc = images()
     filters = qfilters(("dangling", "label"))
-    found = svc.summaries(all_images=qbool("all"), filters=filters, name_pattern=qstr("filter"))
+    pattern = qstr("filter")
+    found = svc.summaries(all_images=qbool("all"), filters=filters, name_pattern=pattern)
     version = api_version()
-    return json_response([summary(svc, i, version) for i in found])
+    return json_response([summary(svc, i, version, pattern) for i in found])
 
 
 @bp.get("/images/<path:name>/json")
