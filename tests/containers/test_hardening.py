@@ -4,6 +4,7 @@ wrong, never a 500, a traceback or a record that breaks a list for everyone."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -200,3 +201,45 @@ async def test_network_names_and_the_bridge_name_option(api: httpx.AsyncClient) 
         assert r.status_code == 400, (bad, r.text)
     assert (await api.delete("/networks/named")).status_code == 204
     assert "svtnamed0" not in br.owned_bridges("svc:")
+
+
+def _zombies_of(pid: int) -> list[str]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
+        state, ppid = rest.split()[:2]
+        if int(ppid) == pid and state == "Z":
+            found.append(comm)
+    return found
+
+
+async def test_no_unreaped_children_after_network_work(spawn) -> None:  # type: ignore[no-untyped-def]
+    """A `[ldconfig] <defunct>` child was left after network operations (a forked pyroute2
+    helper looked libc up); every child is reaped."""
+    if reason := skip_reason():
+        pytest.skip(reason)
+    d: Daemon = spawn()
+    assert d.proc is not None
+    async with http_client(d.sock) as c:
+        c.timeout = httpx.Timeout(60)
+        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                                   "tag": "latest"},
+                         content=timg.busybox_rootfs_tar())
+        assert r.status_code == 200
+        assert (await c.post("/networks/create", json={"Name": "reapnet"})).status_code == 201
+        for mode in ("reapnet", "default"):
+            cid = (await c.post("/containers/create", json={
+                "Image": "busybox", "Cmd": ["nslookup", "localhost"],
+                "HostConfig": {"NetworkMode": mode}})).json()["Id"]
+            assert (await c.post(f"/containers/{cid}/start")).status_code == 204
+            await c.post(f"/containers/{cid}/wait")
+            await c.post("/networks/reapnet/connect", json={"Container": cid})
+            await c.post("/networks/reapnet/disconnect", json={"Container": cid})
+            assert (await c.delete(f"/containers/{cid}")).status_code == 204
+        assert (await c.delete("/networks/reapnet")).status_code == 204
+    await trio.sleep(0.5)
+    assert _zombies_of(d.proc.pid) == []
