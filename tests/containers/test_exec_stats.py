@@ -216,3 +216,39 @@ async def test_stats_stream_ends_when_the_container_stops(api: httpx.AsyncClient
                     got.append(json.loads(line))
     assert len(got) >= 1 and all("cpu_stats" in g for g in got)
     assert (await api.get("/containers/nope/stats")).status_code == 404
+
+
+async def _close_request(d: Daemon, method: str, target: str, body: bytes = b"") -> bytes:
+    """One request with ``Connection: close`` (urllib's and many scripts' header): the
+    whole answer, read until the daemon closes."""
+    s = await connect(d.sock)
+    head = (f"{method} {target} HTTP/1.1\r\nHost: svc\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    await s.send_all(head.encode() + body)
+    out = bytearray()
+    with trio.fail_after(15):
+        while chunk := await s.receive_some(65536):
+            out += chunk
+    await s.aclose()
+    return bytes(out)
+
+
+async def test_streams_serve_connection_close_requests(cdaemon: Daemon,
+                                                       api: httpx.AsyncClient) -> None:
+    """Every streaming endpoint serves a request that says ``Connection: close`` (they
+    answered 503 'the request body must be read before the connection is hijacked')."""
+    cid = await running(api, ["sh", "-c", "echo logged; sleep 300"])
+    image = (await inspect(api, cid))["Image"]
+    await trio.sleep(0.3)
+    now = int(time.time()) + 1
+    eid = await exec_create(api, cid, ["echo", "from-exec"])
+    cases = [("GET", f"/events?since=0&until={now}", b"", b'"status"'),
+             ("GET", f"/containers/{cid}/logs?stdout=1", b"", b"logged"),
+             ("GET", f"/images/{image}/get", b"", b"manifest.json"),
+             ("POST", f"/exec/{eid}/start", b'{"Detach": false, "Tty": false}', b"from-exec"),
+             ("GET", f"/containers/{cid}/stats?stream=0", b"", b"memory_stats"),
+             ("GET", f"/containers/{cid}/archive?path=/etc/hostname", b"", b"hostname")]
+    for method, target, body, want in cases:
+        out = await _close_request(cdaemon, method, target, body)
+        assert out.startswith(b"HTTP/1.1 200"), (target, out[:300])
+        assert want in out, (target, out[:300])
