@@ -166,6 +166,15 @@ class ContainerFS:
                                  if image is not None and image.chain else [])
         return await trio.to_thread.run_sync(upper_changes, c.upper_dir, lowers)
 
+    async def _resume_after_commit(self, c: Container) -> None:
+        """Resume what the commit paused; a container killed meanwhile (a stop or kill
+        during the commit) is not there to resume, and that is no error of the commit."""
+        try:
+            await self.runner.d.runtime.resume(c.id)
+        except RuntimeFailure:
+            if not await self.runner.settle_exit(c):
+                raise
+
     async def commit(self, c: Container, *, repo_config: dict[str, Any] | None,
                      changes: list[str], comment: str, author: str,
                      pause: bool) -> Image:
@@ -187,7 +196,7 @@ class ContainerFS:
                                                         self.images.layers.root)
         finally:
             if paused_here:
-                await self.runner.d.runtime.resume(c.id)
+                await self._resume_after_commit(c)
         try:
             parent = image.chain[-1] if image.chain else None
             with open(staged_file, "rb") as f:  # noqa: ASYNC230 - opened here, read in a thread

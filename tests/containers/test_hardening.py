@@ -243,3 +243,37 @@ async def test_no_unreaped_children_after_network_work(spawn) -> None:  # type: 
         assert (await c.delete("/networks/reapnet")).status_code == 204
     await trio.sleep(0.5)
     assert _zombies_of(d.proc.pid) == []
+
+
+async def test_verbs_in_the_exit_window_never_answer_5xx(api: httpx.AsyncClient) -> None:
+    """Each verb sent while a container's process is exiting (runc's container gone, svc
+    not yet told): the exit is settled first and the verb answers as for a stopped
+    container (2xx, 304, 404 or 409), never 500."""
+    verbs: list[tuple[str, str, dict[str, object]]] = [
+        ("POST", "/containers/{}/kill", {}), ("POST", "/containers/{}/stop?t=0", {}),
+        ("POST", "/containers/{}/pause", {}), ("POST", "/containers/{}/unpause", {}),
+        ("POST", "/commit?container={}", {}), ("GET", "/containers/{}/top", {}),
+        ("POST", "/containers/{}/update", {"json": {"CpuShares": 512}}),
+        ("POST", "/containers/{}/resize?h=10&w=10", {}),
+        ("POST", "/containers/{}/exec", {"json": {"Cmd": ["true"]}}),
+        ("GET", "/containers/{}/stats?stream=0", {}), ("GET", "/containers/{}/changes", {}),
+        ("POST", "/containers/{}/restart?t=0", {}), ("GET", "/containers/{}/json", {}),
+        ("HEAD", "/containers/{}/archive?path=/etc", {}),
+    ]
+    bad = []
+    for round_ in range(6):
+        cid = (await create(api, ["sh", "-c", f"sleep 0.0{round_}"]))["Id"]
+        assert (await api.post(f"/containers/{cid}/start")).status_code == 204
+
+        async def one(method: str, target: str, kw: dict[str, object], cid: str = cid) -> None:
+            r = await api.request(method, target.format(cid), **kw)  # type: ignore[arg-type]
+            if r.status_code >= 500:
+                bad.append((target, r.status_code, r.text[:200]))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                for method, target, kw in verbs:
+                    nursery.start_soon(one, method, target, kw)
+                await trio.sleep(0.02)
+        await api.delete(f"/containers/{cid}", params={"force": "1"})
+    assert bad == []
