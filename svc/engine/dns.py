@@ -20,7 +20,8 @@ from pathlib import Path
 
 import trio
 
-from svc.network import dns as wire
+from svc.network.dns import udp_socket_in
+from svc.wire import dns as wire
 
 log = logging.getLogger("svc.dns")
 
@@ -46,7 +47,7 @@ class EmbeddedDNS:
     async def start(self, cid: str, pid: int, nursery: trio.Nursery,
                     upstream: list[str] | None = None) -> None:
         """Serve 127.0.0.11:53 in the namespace of ``pid`` until ``stop(cid)``."""
-        raw = await trio.to_thread.run_sync(wire.udp_socket_in, pid)
+        raw = await trio.to_thread.run_sync(udp_socket_in, pid)
         sock = trio.socket.from_stdlib_socket(raw)
         scope = trio.CancelScope()
         self._servers[cid] = scope

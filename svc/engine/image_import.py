@@ -22,8 +22,8 @@ from svc.engine import imageconfig
 from svc.engine.images import Image, ImageService
 from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
-from svc.registry.reference import Reference
 from svc.storage.layers import StagedLayer
+from svc.wire.reference import Reference
 
 PROGRESS_EVERY = 0.1  # seconds between progress messages
 

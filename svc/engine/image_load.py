@@ -25,10 +25,10 @@ from svc.engine import imageconfig
 from svc.engine.images import Image, ImageService
 from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
-from svc.registry import reference
 from svc.storage.compression import open_decompressed
 from svc.storage.layers import LayerStore, StagedLayer
 from svc.storage.outertar import OuterTar
+from svc.wire import reference
 
 MAX_META = 16 << 20  # json files larger than this are not image metadata
 MAX_META_TOTAL = 64 << 20  # all metadata of one archive together

@@ -23,11 +23,11 @@ import trio
 
 from svc.engine.events import EventBus
 from svc.errors import Conflict, InvalidParameter, NotFound
-from svc.registry import reference
 from svc.storage.imagestore import ConfigStore
 from svc.storage.layers import LayerInfo, LayerStore, StagedLayer
 from svc.storage.refs import RefStore
 from svc.storage.store import ObjectStore
+from svc.wire import reference
 from svc.wire.timefmt import parse_timestamp_ns
 
 log = logging.getLogger("svc.images")

@@ -17,20 +17,19 @@ from __future__ import annotations
 import json
 import logging
 import re
-import struct
 from datetime import UTC, datetime
 from itertools import compress, repeat
 from operator import add, and_, eq, ge, itemgetter, methodcaller
 from typing import NamedTuple, TypeVar
 
 from svc.storage.jsonlog import MAX_LINE, format_time
+from svc.wire.stdcopy import HEADER as _HDR
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns
 
 # The logger keeps the name of the module this was split from (docs/configuration.md).
 log = logging.getLogger("svc.logreader")
 
-_HDR = struct.Struct(">BxxxL")
 _NAMES = ("", "stdout", "stderr")
 T = TypeVar("T")
 

@@ -10,8 +10,9 @@ import struct
 from dataclasses import dataclass
 
 STDIN, STDOUT, STDERR = 0, 1, 2
-_HEADER = struct.Struct(">BxxxL")
-HEADER_SIZE = _HEADER.size
+HEADER = struct.Struct(">BxxxL")  # the one definition (the log reader frames with it too)
+_HEADER = HEADER
+HEADER_SIZE = HEADER.size
 
 
 def encode_frame(stream: int, data: bytes) -> bytes:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
-from svc.registry.reference import parse
+from svc.wire.reference import parse
 
 FIXED_MTIME = 1_500_000_000  # 2017-07-14T02:40:00Z, for every entry we write
 CREATED = "2017-07-14T02:40:00Z"

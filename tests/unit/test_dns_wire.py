@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from svc.network import dns
+from svc.wire import dns
 
 
 def query(name: str, qtype: int = 1, qid: int = 0x1234) -> bytes:

@@ -1,4 +1,4 @@
-"""Docker's reference grammar and normalization (svc.registry.reference)."""
+"""Docker's reference grammar and normalization (svc.wire.reference)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from svc.errors import InvalidParameter
-from svc.registry.reference import (
+from svc.wire.reference import (
     ERR_FORMAT,
     ERR_UPPERCASE,
     Reference,
