@@ -18,7 +18,7 @@ import trio
 
 from svc.engine.attach import OutputHub
 from svc.engine.container_state import State
-from svc.storage.jsonlog import JsonLogWriter
+from svc.storage.jsonlog.writer import JsonLogWriter
 
 ID_BYTES = 32
 

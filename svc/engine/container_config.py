@@ -19,7 +19,7 @@ from svc.errors import InvalidParameter
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
-from svc.storage.logopts import parse_log_opts
+from svc.storage.jsonlog.options import parse_log_opts
 
 # The spec's rule (/?[a-zA-Z0-9_-]+) and dockerd's (which also allows "." after the first).
 NAME_RE = re.compile(r"^/?[a-zA-Z0-9_][a-zA-Z0-9_.-]*$")

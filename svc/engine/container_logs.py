@@ -10,9 +10,9 @@ from svc.engine.container import Container
 from svc.engine.log_chunks import raw_chunks, raw_follow
 from svc.engine.log_tap import follow_output
 from svc.engine.streams import thread_iter
-from svc.storage.logfollow import follow as follow_records
-from svc.storage.logfollow import follow_framed
-from svc.storage.logreader import read_framed, read_logs
+from svc.storage.jsonlog.follow import follow as follow_records
+from svc.storage.jsonlog.follow import follow_framed
+from svc.storage.jsonlog.reader import read_framed, read_logs
 
 
 def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail: int | None,

@@ -23,8 +23,8 @@ from svc.engine.log_tap import Tapped
 from svc.errors import SvcError
 from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import RuntimeFailure
-from svc.storage.jsonlog import JsonLogWriter
-from svc.storage.logopts import parse_log_opts
+from svc.storage.jsonlog.options import parse_log_opts
+from svc.storage.jsonlog.writer import JsonLogWriter
 from svc.wire.stdcopy import STDERR, STDOUT
 
 if TYPE_CHECKING:

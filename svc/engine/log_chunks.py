@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 
-from svc.storage.jsonlog import format_time
-from svc.storage.logparse import LogRecord
+from svc.wire.jsonlog import format_time
+from svc.wire.jsonlog_parse import LogRecord
 
 RAW_CHUNK = 1 << 17
 

@@ -32,10 +32,11 @@ import trio
 
 from svc.engine.log_chunks import raw_chunks, raw_follow
 from svc.engine.streams import thread_iter
-from svc.storage.jsonlog import JsonLogWriter, LogFileRef, Records, format_time, records_of
-from svc.storage.logfollow import follow_framed_from, follow_from
-from svc.storage.logparse import frame_parts
-from svc.storage.logreader import LogFiles, read_framed, read_logs, snapshot, span
+from svc.storage.jsonlog.follow import follow_framed_from, follow_from
+from svc.storage.jsonlog.reader import LogFiles, read_framed, read_logs, snapshot, span
+from svc.storage.jsonlog.writer import JsonLogWriter, LogFileRef
+from svc.wire.jsonlog import Records, format_time, records_of
+from svc.wire.jsonlog_parse import frame_parts
 from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.logs")

@@ -13,17 +13,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from svc.storage.jsonlog import (
-    MAX_LINE,
-    JsonLogWriter,
-    encode_record,
-    format_time,
-    records_of,
-)
-from svc.storage.logfollow import follow, follow_framed
-from svc.storage.logopts import parse_log_opts, parse_size
-from svc.storage.logparse import LogRecord
-from svc.storage.logreader import log_files, read_framed, read_logs
+from svc.storage.jsonlog.follow import follow, follow_framed
+from svc.storage.jsonlog.options import parse_log_opts, parse_size
+from svc.storage.jsonlog.reader import log_files, read_framed, read_logs
+from svc.storage.jsonlog.writer import JsonLogWriter
+from svc.wire.jsonlog import MAX_LINE, encode_record, format_time, records_of
+from svc.wire.jsonlog_parse import LogRecord
 from svc.wire.stdcopy import FrameDecoder
 
 T0 = 1546341071111111111  # 2019-01-01T11:11:11.111111111Z, the docs' example time
@@ -453,7 +448,7 @@ def test_one_stream_blocks_cut_by_one_split_match_the_careful_path() -> None:
     """The one-split path (exact records of one stream) frames every block as the line-by-line
     path does, and blocks it must not take (another stream, an escape, a partial line, a time
     of another length, a torn line) go the careful way with the same result."""
-    from svc.storage import logparse
+    from svc.wire import jsonlog_parse as logparse
 
     rng = random.Random(7)
     odd = [

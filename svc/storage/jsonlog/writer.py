@@ -1,21 +1,10 @@
-"""The json-file log driver's writer: dockerd's on-disk format, rotation and compression.
+"""The json-file log driver's writer: records (``svc.wire.jsonlog``) appended to the
+container's log file, rotation and compression.
 
-One record per line, byte for byte what moby's ``jsonfilelog`` writes::
-
-    {"log":"hello\\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}
-
-``log`` is escaped as moby's ``ffjsonWriteJSONBytesAsString`` does: ``\\"`` ``\\\\`` ``\\n``
-``\\r``, every other control byte and ``<`` ``>`` ``&`` as ``\\u00XX``, U+2028/U+2029 escaped, other
-UTF-8 kept raw, and each byte that is not valid UTF-8 (Go's ``DecodeRune`` view: one byte at a
-time) as ``\\ufffd``. One deviation: ``time`` always has nine fraction digits, where Go's
-RFC3339Nano drops trailing zeros; every reader (Go's and ours) accepts both, and the fixed width
-lets ``logreader`` slice records without scanning them.
-
-Output is split as dockerd's copier splits it: at newlines, and a line of 16 KiB or more in
-16 KiB pieces written without the trailing ``\\n`` (partial records). Rotation follows moby's
-``loggerutils.LogFile``: before a record is written, a file that has reached ``max-size`` is
-rotated (``path`` -> ``path.1`` -> ... keeping ``max-file`` files in all, each rotated one
-optionally gzipped to ``path.N.gz``), or truncated in place when ``max-file`` is 1.
+Rotation follows moby's ``loggerutils.LogFile``: before a record is written, a file that has
+reached ``max-size`` is rotated (``path`` -> ``path.1`` -> ... keeping ``max-file`` files in all,
+each rotated one optionally gzipped to ``path.N.gz``), or truncated in place when ``max-file``
+is 1.
 
 Everything blocks; the engine calls it from a worker thread. A writer has one owner and is not
 thread-safe.
@@ -23,7 +12,6 @@ thread-safe.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import io
 import os
@@ -33,130 +21,20 @@ import zlib
 from pathlib import Path
 from types import TracebackType
 
-MAX_LINE = 16 * 1024  # dockerd's copier buffer: longer lines become partial records
-STREAMS = ("stdout", "stderr")
+from svc.wire.jsonlog import (
+    MAX_LINE,
+    START,
+    STREAMS,
+    Records,
+    escape,
+    format_time,
+    has_long_line,
+    record_end,
+    records_of,
+    split_long,
+)
+
 FILE_MODE = 0o640  # moby creates log files 0640
-_START = b'{"log":"'
-
-# Bytes written verbatim; ``translate(None, _PLAIN)`` leaves only those needing attention.
-_PLAIN = bytes(sorted(set(range(0x20, 0x80)) - set(b'"\\<>&') | {0x0A}))
-# Newlines are left out: they are record boundaries here, and callers turn them into ``\n``.
-_ESCAPES = {b: b"\\u%04x" % b for b in [*range(0x20), *b"<>&"] if b != 0x0A}
-_ESCAPES.update({0x0D: b"\\r", 0x22: b'\\"', 0x5C: b"\\\\"})
-_GO_REPLACE = "svc.jsonlog.go-replace"
-
-
-def _go_replace(exc: UnicodeError) -> tuple[str, int]:
-    """Replace one invalid byte with the text ``\\ufffd`` and resume after it, as Go does."""
-    if not isinstance(exc, UnicodeDecodeError):
-        raise exc
-    return "\\ufffd", exc.start + 1
-
-
-codecs.register_error(_GO_REPLACE, _go_replace)
-
-
-def escape(data: bytes) -> bytes:
-    """JSON-escape ``data`` as moby does, leaving raw ``\\n`` bytes where they are."""
-    odd = data.translate(None, _PLAIN)
-    if not odd:
-        return data
-    present = set(odd)
-    if 0x5C in present:  # backslashes first, so later escapes are not doubled
-        data = data.replace(b"\\", b"\\\\")
-    for b in present & _ESCAPES.keys() - {0x5C}:
-        data = data.replace(bytes((b,)), _ESCAPES[b])
-    if max(present) >= 0x80:
-        data = data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            data = data.decode("utf-8", _GO_REPLACE).encode("utf-8")
-    return data
-
-
-_last_second: tuple[int, str] = (-1, "")
-
-
-def format_time(ts_ns: int) -> str:
-    """Unix nanoseconds as RFC 3339 UTC with nine fraction digits (``...05.000000000Z``)."""
-    global _last_second
-    secs, nanos = divmod(ts_ns, 1_000_000_000)
-    cached = _last_second  # one tuple, so a racing thread never sees a torn pair
-    if cached[0] != secs:
-        cached = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
-        _last_second = cached
-    return f"{cached[1]}.{nanos:09d}Z"
-
-
-def _record_end(stream: str, stamp: str) -> bytes:
-    return b'","stream":"%s","time":"%s"}\n' % (stream.encode(), stamp.encode())
-
-
-def encode_record(stream: str, data: bytes, ts_ns: int) -> bytes:
-    """One record line for ``data`` as is (a ``\\n`` anywhere in it is escaped)."""
-    return _START + escape(data).replace(b"\n", b"\\n") + _record_end(stream, format_time(ts_ns))
-
-
-def _has_long_line(buf: bytes) -> bool:
-    """Whether ``buf`` (ending with ``\\n``) has a line of ``MAX_LINE`` bytes or more.
-
-    Jumps up to ``MAX_LINE`` bytes per step with ``rfind``, so short lines cost nothing each.
-    """
-    start, end = 0, len(buf)
-    while end - start > MAX_LINE:
-        nl = buf.rfind(b"\n", start, start + MAX_LINE)
-        if nl < 0:
-            return True
-        start = nl + 1
-    return False
-
-
-def _split_long(buf: bytes, end: bytes) -> list[bytes]:
-    """Records for whole lines when some are too long: dockerd's 16 KiB pieces."""
-    out: list[bytes] = []
-    lines = buf.split(b"\n")
-    lines.pop()
-    for line in lines:
-        cut = len(line) - len(line) % MAX_LINE if len(line) >= MAX_LINE else 0
-        for i in range(0, cut, MAX_LINE):
-            out.append(_START + escape(line[i : i + MAX_LINE]) + end)
-        out.append(_START + escape(line[cut:]) + b"\\n" + end)
-    return out
-
-
-Records = tuple[list[tuple[list[bytes], bool]], bytes]
-
-
-def records_of(data: bytes) -> Records:
-    """The records that :meth:`JsonLogWriter.write` makes of ``data`` (its stream's unfinished
-    line already prepended), as payloads, and the unfinished rest it keeps.
-
-    Payloads come in groups ``(payloads, stripped)``: with ``stripped`` each payload is a
-    whole line without its newline (the common case, split in one pass); otherwise each is
-    exact (16 KiB pieces of long lines, whose final record keeps its newline).
-    """
-    cut = data.rfind(b"\n") + 1
-    groups: list[tuple[list[bytes], bool]] = []
-    if cut:
-        whole = data if cut == len(data) else data[:cut]
-        lines = whole.split(b"\n")
-        lines.pop()
-        if len(whole) > MAX_LINE and _has_long_line(whole):
-            exact: list[bytes] = []
-            for line in lines:
-                end = len(line) - len(line) % MAX_LINE if len(line) >= MAX_LINE else 0
-                exact += [line[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)]
-                exact.append(line[end:] + b"\n")
-            groups.append((exact, False))
-        else:
-            groups.append((lines, True))
-    rest = data[cut:]
-    if len(rest) >= MAX_LINE:
-        end = len(rest) - len(rest) % MAX_LINE
-        groups.append(([rest[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)], False))
-        rest = rest[end:]
-    return groups, rest
 
 
 def rotated_name(path: Path, index: int, compressed: bool) -> Path:
@@ -289,29 +167,29 @@ class JsonLogWriter:
         if self._pending[idx]:
             data = self._pending[idx] + data
         stamp = format_time(time.time_ns() if ts_ns is None else ts_ns)
-        end = _record_end(stream, stamp)
+        end = record_end(stream, stamp)
         cut = data.rfind(b"\n") + 1
         parts: list[bytes | memoryview] = []
         made: Records | None = None
         if cut:
             whole = data if cut == len(data) else data[:cut]
-            if len(whole) > MAX_LINE and _has_long_line(whole):
-                parts.extend(_split_long(whole, end))
+            if len(whole) > MAX_LINE and has_long_line(whole):
+                parts.extend(split_long(whole, end))
             elif records and (escaped := escape(whole)) is whole:
                 # Nothing to escape: the lines cut here are the file's records and the
                 # followers' payloads both.
                 lines = whole.split(b"\n")
                 lines.pop()
-                parts += [_START, (b"\\n" + end + _START).join(lines), b"\\n" + end]
+                parts += [START, (b"\\n" + end + START).join(lines), b"\\n" + end]
                 made = ([(lines, True)], b"")
             else:
                 # One pass for the whole batch: escape, then turn newlines into record breaks.
                 body = (escaped if records else escape(whole)).replace(
-                    b"\n", b"\\n" + end + _START)
-                parts += [_START, memoryview(body)[: -len(_START)]]
+                    b"\n", b"\\n" + end + START)
+                parts += [START, memoryview(body)[: -len(START)]]
         rest = data[cut:]
         while len(rest) >= MAX_LINE:
-            parts.append(_START + escape(rest[:MAX_LINE]) + end)
+            parts.append(START + escape(rest[:MAX_LINE]) + end)
             rest = rest[MAX_LINE:]
         self._pending[idx] = rest
         if parts:
@@ -330,7 +208,7 @@ class JsonLogWriter:
             if stream not in (None, name):
                 continue
             if self._pending[idx] and self._fd >= 0:
-                rec = _START + escape(self._pending[idx]) + _record_end(name, stamp)
+                rec = START + escape(self._pending[idx]) + record_end(name, stamp)
                 self._pending[idx] = b""
                 self._emit([rec], stamp)
 

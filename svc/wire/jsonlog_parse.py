@@ -22,7 +22,7 @@ from itertools import compress, repeat
 from operator import add, and_, eq, ge, itemgetter, methodcaller
 from typing import NamedTuple, TypeVar
 
-from svc.storage.jsonlog import MAX_LINE, format_time
+from svc.wire.jsonlog import MAX_LINE, format_time
 from svc.wire.stdcopy import HEADER as _HDR
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns

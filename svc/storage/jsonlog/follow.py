@@ -25,9 +25,7 @@ from typing import TypeVar
 
 import trio
 
-from svc.storage.jsonlog import LogFileRef
-from svc.storage.logparse import LogRecord, to_frames, to_records
-from svc.storage.logreader import (
+from svc.storage.jsonlog.reader import (
     BLOCK,
     POLL_INTERVAL,
     _blocks,
@@ -38,6 +36,8 @@ from svc.storage.logreader import (
     _tail_start,
     _want,
 )
+from svc.storage.jsonlog.writer import LogFileRef
+from svc.wire.jsonlog_parse import LogRecord, to_frames, to_records
 
 T = TypeVar("T")
 

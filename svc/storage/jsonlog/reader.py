@@ -29,8 +29,8 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from svc.storage.jsonlog import LogFileRef
-from svc.storage.logparse import LogRecord, parse_line, to_frames, to_records
+from svc.storage.jsonlog.writer import LogFileRef
+from svc.wire.jsonlog_parse import LogRecord, parse_line, to_frames, to_records
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns
 
