@@ -99,7 +99,7 @@ async def test_a_taken_port_fails_the_start_and_leaves_nothing(api: httpx.AsyncC
 
 async def test_publish_all(api: httpx.AsyncClient) -> None:
     """Every exposed port on a free host port of every address (busybox has no UDP server:
-    the UDP proxy is tested on its own, in tests/unit/test_proxy.py)."""
+    the UDP proxy is tested on its own, in tests/unit/network/test_proxy.py)."""
     cid = await started(api, HTTPD, ExposedPorts={"80/tcp": {}, "5000/udp": {}},
                         HostConfig={"PublishAllPorts": True})
     ports = (await inspect(api, cid))["NetworkSettings"]["Ports"]
