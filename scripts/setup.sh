@@ -3,6 +3,8 @@
 #   - the system packages the daemon and its tests use (runc, busybox-static, iproute2, ...)
 #   - the project itself into .venv/ (so .venv/bin/svcd is the daemon), with test and dev tools
 #   - two client venvs used by the tests: the Docker SDK 7.0.0 and the old docker-py 1.10.6
+#   - docker-py 1.10.6's own integration suite: its sdist in .dockerpy/ and a Python 3.6 venv,
+#     .venv-dockerpy, with the tag's pins (scripts/dockerpy-suite.sh runs it)
 # Re-running it only installs what is missing.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,4 +55,38 @@ client_venv() {   # name, packages...
 }
 client_venv sdk7 "docker==7.0.0" "requests==2.31.0"
 client_venv dockerpy1 "docker-py==1.10.6" "requests==2.31.0" "urllib3<2"
+
+# docker-py 1.10.6's own integration suite (scripts/dockerpy-suite.sh): its PyPI sdist, which
+# ships tests/, unpacked into .dockerpy/ (gitignored), and a Python 3.6 venv with the tag's
+# own pins (test-requirements.txt) plus docker-py itself from that sdist.
+DOCKERPY_SDIST="docker-py-1.10.6.tar.gz"
+DOCKERPY_SHA256="4c2a75875764d38d67f87bc7d03f7443a3895704efc57962bdf6500b8d4bc415"
+DOCKERPY_PINS=("pytest==2.9.1" "requests==2.11.1" "websocket-client==0.32.0"
+               "docker-pycreds==0.2.1" "six>=1.4.0" "mock==1.0.1")
+if [ ! -f ".dockerpy/$DOCKERPY_SDIST" ]; then
+    rm -rf .dockerpy/dist && mkdir -p .dockerpy/dist
+    .venv/bin/pip download -q --no-binary :all: --no-deps -d .dockerpy/dist docker-py==1.10.6
+    echo "$DOCKERPY_SHA256  .dockerpy/dist/$DOCKERPY_SDIST" | sha256sum -c --quiet -
+    mv ".dockerpy/dist/$DOCKERPY_SDIST" .dockerpy/ && rm -rf .dockerpy/dist
+fi
+if [ ! -f .dockerpy/docker-py-1.10.6/tests/integration/conftest.py ]; then
+    rm -rf .dockerpy/docker-py-1.10.6
+    tar -xzf ".dockerpy/$DOCKERPY_SDIST" -C .dockerpy --no-same-owner
+fi
+want="$DOCKERPY_SHA256 ${DOCKERPY_PINS[*]}"
+if [ ! -x .venv-dockerpy/bin/python ] || [ "$(cat .venv-dockerpy/.want 2>/dev/null)" != "$want" ]; then
+    py36="${PYTHON36:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.6.15/bin/python3.6}"
+    if [ ! -x "$py36" ] && command -v pyenv >/dev/null 2>&1; then
+        pyenv install -s 3.6.15
+    fi
+    if [ ! -x "$py36" ]; then
+        echo "setup: Python 3.6 not found at $py36 (set PYTHON36, or install pyenv's 3.6.15)" >&2
+        exit 1
+    fi
+    rm -rf .venv-dockerpy
+    "$py36" -m venv .venv-dockerpy
+    .venv-dockerpy/bin/pip install -q "${DOCKERPY_PINS[@]}"
+    .venv-dockerpy/bin/pip install -q --no-deps ".dockerpy/$DOCKERPY_SDIST"
+    echo "$want" > .venv-dockerpy/.want
+fi
 echo "setup: ready (.venv/bin/svcd)"

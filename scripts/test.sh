@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is needed (idempotent), then run every check: ruff, mypy, the import-layer
-# contracts, and the whole pytest suite. `.ci/run` and `nox -s tests` run exactly this.
-# Extra arguments go to pytest.
+# contracts, the whole pytest suite, then docker-py 1.10.6's own integration suite at API
+# 1.23 and 1.22 (scripts/dockerpy-suite.sh); any failure fails the script. `.ci/run` and
+# `nox -s tests` run exactly this. Extra arguments go to pytest.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -19,6 +20,15 @@ code=$?
 set -e
 if [ "$code" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure here" >&2
-    exit 1
+    code=1
 fi
-exit "$code"
+
+echo "== docker-py 1.10.6's own integration suite (API 1.23 and 1.22)"
+set +e
+bash scripts/dockerpy-suite.sh
+suite=$?
+set -e
+if [ "$code" -ne 0 ]; then
+    exit "$code"
+fi
+exit "$suite"
