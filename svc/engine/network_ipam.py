@@ -6,13 +6,17 @@ overlap or an exhausted pool."""
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from svc.errors import Conflict, InvalidParameter
 from svc.network import bridge as br
 
-AUTO_POOL = [ipaddress.IPv4Network(f"172.{n}.0.0/16") for n in range(18, 32)]
+# dockerd's default address pools: 172.17-31.0.0/16 (172.17 is the default bridge's) and
+# 192.168.0.0/16 in /20s
+AUTO_POOL = [ipaddress.IPv4Network(f"172.{n}.0.0/16") for n in range(18, 32)] + \
+    list(ipaddress.IPv4Network("192.168.0.0/16").subnets(new_prefix=20))
 
 
 @dataclass
@@ -115,6 +119,16 @@ def check_aux(aux: dict[str, str], subnet: str) -> dict[str, str]:
             raise InvalidParameter(f"invalid auxiliary address {name}={address!r}: not an "
                                    f"address of {net}")
     return dict(aux)
+
+
+def ula_subnet(taken: list[ipaddress.IPv6Network]) -> str:
+    """A unique local /64 (RFC 4193: ``fd`` and a random 40-bit global id) for a network
+    created with EnableIPv6 and no IPv6 pool, as later engines allocate one."""
+    while True:
+        prefix = (0xFD << 120) | (secrets.randbits(40) << 80)
+        net = ipaddress.IPv6Network((prefix, 64))
+        if not any(net.overlaps(t) for t in taken):
+            return str(net)
 
 
 def plan_ipam6(subnet: str, gateway: str,

@@ -2,15 +2,16 @@
 containers into them.
 
 Every bridge network is a Linux bridge holding its gateway address: the default one is
-``--bridge`` (``svc0``) with ``--bip`` (``172.17.0.1/16``); a user network's is ``br-<id[:12]>``
-with its IPAM subnet (given, or the first free /16 of 172.18-31 that no network and no host
-interface uses). A container on a network gets, between ``runc create`` and ``runc start``, an
-address (static from its endpoint config, else the lowest free one in the network's IPRange or
-subnet; kept while it runs) and a veth pair whose container end is ``eth0``, ``eth1``... in its
-network namespace with dockerd's MAC (``02:42`` + the address); its first network gives the
-default route (unless it is internal: no way out). The first address is reserved before
-/etc/hosts is written, so the file names it. At teardown the veth pairs are deleted and the
-addresses freed; a crash leaves nothing, as a namespace's veths die with it.
+``--bridge`` (``svc0``) with ``--bip`` (``172.17.0.1/16``); a user network's is
+``br-<id[:12]>`` with its IPAM subnet (given, or the first free pool of dockerd's defaults,
+172.18-31.0.0/16 then 192.168.0.0/16 in /20s, that no network and no host interface uses). A
+container on a network gets, between ``runc create`` and ``runc start``, an address (static
+from its endpoint config, else the lowest free one in the network's IPRange or subnet; kept
+while it runs) and a veth pair whose container end is ``eth0``, ``eth1``... in its network
+namespace with dockerd's MAC (``02:42`` + the address); its first network gives the default
+route (unless it is internal: no way out). The first address is reserved before /etc/hosts is
+written, so the file names it. At teardown the veth pairs are deleted and the addresses freed;
+a crash leaves nothing, as a namespace's veths die with it.
 
 iptables, as dockerd: each non-internal network masquerades its subnet's outbound traffic and
 is forwarded; an internal one is cut off from everything but itself; traffic between two of
@@ -48,6 +49,7 @@ from svc.engine.network_ipam import (
     pick_address6,
     plan_ipam,
     plan_ipam6,
+    ula_subnet,
 )
 from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
@@ -250,7 +252,7 @@ class NetworkService:
                      options: dict[str, str] | None = None,
                      labels: dict[str, str] | None = None, subnet6: str = "",
                      gateway6: str = "", ipam_options: dict[str, str] | None = None,
-                     aux: dict[str, str] | None = None, enable_ipv6: bool = True,
+                     aux: dict[str, str] | None = None, enable_ipv6: bool = False,
                      check_duplicate: bool = True) -> tuple[Network, str]:
         """A user bridge network and a warning; nothing is left if any step fails.
 
@@ -274,8 +276,11 @@ class NetworkService:
                 raise Conflict(f"the bridge {wanted_bridge} is used by another network")
             taken = await trio.to_thread.run_sync(self._subnets_in_use)
             net_subnet, net_gateway, net_range = plan_ipam(subnet, ip_range, gateway, taken)
-            v6 = plan_ipam6(subnet6, gateway6, [ipaddress.IPv6Network(n.subnet6) for n in
-                                                 self.networks.values() if n.subnet6])
+            taken6 = [ipaddress.IPv6Network(n.subnet6) for n in self.networks.values()
+                      if n.subnet6]
+            if enable_ipv6 and not subnet6:
+                subnet6 = ula_subnet(taken6)
+            v6 = plan_ipam6(subnet6, gateway6, taken6)
             declared6 = {}
             if v6[0] and not enable_ipv6:
                 declared6, v6 = {"Subnet": v6[0], "Gateway": gateway6}, ("", "")

@@ -154,8 +154,14 @@ async def test_an_exhausted_pool_is_a_409(api: httpx.AsyncClient) -> None:
 
 async def test_ipv6_network(api: httpx.AsyncClient) -> None:
     prefix = f"fd{random.randint(0, 255):02x}:{random.randint(0, 65535):x}:1::"
-    r = await api.post("/networks/create", json={"Name": "six", "EnableIPv6": True})
-    assert r.status_code == 400 and "needs an IPv6 subnet" in r.text
+    # EnableIPv6 alone: a unique local /64 is allocated (docker-py's own suite expects it)
+    r = await api.post("/networks/create", json={"Name": "sixauto", "EnableIPv6": True})
+    assert r.status_code == 201, r.text
+    auto = (await api.get("/networks/sixauto")).json()
+    assert auto["EnableIPv6"] is True
+    v6 = ipaddress.IPv6Network(auto["IPAM"]["Config"][1]["Subnet"])
+    assert v6.prefixlen == 64 and v6.subnet_of(ipaddress.IPv6Network("fd00::/8"))
+    assert (await api.delete("/networks/sixauto")).status_code == 204
     net = await new_network(api, "six", EnableIPv6=True, IPAM={"Config": [
         {"Subnet": subnet()}, {"Subnet": f"{prefix}/64"}]})
     assert net["EnableIPv6"] is True

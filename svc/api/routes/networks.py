@@ -102,9 +102,6 @@ async def create() -> Response:
         raise InvalidParameter("IPAM Config: one IPv4 and one IPv6 subnet per network")
     if v6 and v6[0].AuxiliaryAddresses:
         raise InvalidParameter("AuxiliaryAddresses are taken on the IPv4 pool only")
-    if body.EnableIPv6 and not v6:
-        raise InvalidParameter("EnableIPv6 needs an IPv6 subnet in IPAM Config "
-                               "(e.g. fd00:1::/64)")
     if body.IPAM and body.IPAM.Driver not in ("", "default"):
         raise NotFound(f"plugin not found: IPAM driver {body.IPAM.Driver!r}")
     e = v4[0] if v4 else IPAMConfigEntry()
