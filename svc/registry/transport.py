@@ -191,8 +191,13 @@ async def read_body(response: httpx.Response, limit: int, what: str) -> bytes:
 
 
 def describe(exc: httpx.RequestError) -> str:
-    """A transport error as one line (httpx's own text may be empty for timeouts)."""
-    text = str(exc)
+    """A transport error as one line. httpx's own text is often empty (timeouts, TLS
+    failures wrapped by anyio): the first cause with something to say is used."""
+    text = ""
+    cause: BaseException | None = exc
+    while cause is not None and not text:
+        text = str(cause)
+        cause = cause.__cause__ or cause.__context__
     if isinstance(exc, httpx.TimeoutException):
         return f"timeout ({type(exc).__name__}){': ' + text if text else ''}"
     return text or type(exc).__name__

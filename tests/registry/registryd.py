@@ -24,9 +24,11 @@ def free_port() -> int:
 
 
 class Registry:
-    """One registry process. ``auth`` is the YAML of its ``auth:`` section (or None)."""
+    """One registry process. ``auth`` is the YAML of its ``auth:`` section (or None),
+    ``http_extra`` more of its ``http:`` section (``tls:``), indented by two."""
 
-    def __init__(self, auth: str | None = None, *, schema1: bool = True) -> None:
+    def __init__(self, auth: str | None = None, *, schema1: bool = True,
+                 http_extra: str = "") -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="svc-registry-"))
         self.port = free_port()
         self.domain = f"127.0.0.1:{self.port}"
@@ -39,6 +41,8 @@ class Registry:
             "  delete:", "    enabled: true",
             "http:", f"  addr: 127.0.0.1:{self.port}", "  secret: svc-test-secret",
         ]
+        if http_extra:
+            config.append(http_extra)
         if schema1:
             config += ["compatibility:", "  schema1:", "    enabled: true"]
         if auth:
