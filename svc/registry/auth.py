@@ -98,7 +98,6 @@ class Authenticator:
         self._http = http
         self._tokens: dict[tuple[str, str, tuple[str, ...]], _Token] = {}
         self._lock = trio.Lock()
-        self.fetches = 0
 
     def learn(self, response: httpx.Response) -> bool:
         """Take the challenges of a 401 answer; True when they say how to authenticate."""
@@ -155,7 +154,6 @@ class Authenticator:
             refresh_token = doc.get("refresh_token")
             if isinstance(refresh_token, str) and refresh_token:
                 self.refresh_token = refresh_token
-            self.fetches += 1
             return token
 
     async def _fetch(self, realm: str, service: str, scopes: tuple[str, ...],

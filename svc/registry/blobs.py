@@ -127,8 +127,7 @@ async def _transfer(client: RegistryClient, name: str, digest: str, partial: Pat
                     buffer += chunk
                     received += len(chunk)
                     if size is not None and have + received > size:
-                        raise DigestMismatch(f"blob {digest}: more than the {size} bytes "
-                                             "announced", code="SIZE_INVALID")
+                        break
                     if len(buffer) >= WRITE_BUFFER:
                         await out.write(bytes(buffer))
                         buffer.clear()
@@ -137,6 +136,10 @@ async def _transfer(client: RegistryClient, name: str, digest: str, partial: Pat
             finally:
                 with trio.CancelScope(shield=True):  # keep what arrived: it resumes later
                     await out.write(bytes(buffer))
+    if size is not None and have + received > size:
+        await trio.Path(partial).unlink(missing_ok=True)
+        raise DigestMismatch(f"blob {digest}: more than the {size} bytes announced",
+                             code="SIZE_INVALID")
     if not _finish(hasher, digest, have + received, size):
         await trio.Path(partial).unlink(missing_ok=True)
         raise DigestMismatch(f"blob {digest}: downloaded content has digest "

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+import trio
 
 from svc.registry.auth import Authenticator
 from svc.registry.errors import RegistryError, Unauthorized, Unreachable, from_response
@@ -70,6 +71,7 @@ class RegistryClient:
         self.auth = Authenticator(credentials, self._token_http)
         self._endpoint: Endpoint | None = None
         self._http: httpx.AsyncClient | None = None
+        self._ping_lock = trio.Lock()
 
     async def __aenter__(self) -> RegistryClient:
         return self
@@ -96,6 +98,10 @@ class RegistryClient:
         Raises:
             Unreachable: no endpoint answered (each one's failure is in the message).
         """
+        async with self._ping_lock:  # concurrent first requests ping once
+            return await self._ping()
+
+    async def _ping(self) -> Endpoint:
         if self._endpoint is not None:
             return self._endpoint
         failures = []

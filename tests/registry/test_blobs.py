@@ -195,3 +195,35 @@ async def test_lying_manifests_are_refused() -> None:
             with pytest.raises(DigestMismatch):
                 await manifests.get(client, "x", "tagged")
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", ["ignores-range", "wrong-range", "too-long"])
+async def test_servers_that_do_not_resume(tmp_path: Path, mode: str) -> None:
+    data = os.urandom(300_000)
+    ranges: list[str] = []
+
+    async def route(method: str, path: str, headers: dict[str, str]) -> Answer:
+        ranges.append(headers.get("range", ""))
+        if mode == "too-long":
+            return 200, {"Content-Length": str(len(data) + 5)}, data + b"extra"
+        if mode == "wrong-range" and "range" in headers:
+            return 206, {"Content-Length": str(len(data)),
+                         "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}, data
+        return 200, {"Content-Length": str(len(data))}, data
+
+    partial = tmp_path / "partial"
+    partial.write_bytes(data[:1000])
+    async with trio.open_nursery() as nursery:
+        fake = await FakeRegistry(route).start(nursery)
+        async with RegistryClient(fake.domain) as client:
+            if mode == "too-long":
+                with pytest.raises(DigestMismatch) as err:
+                    await blobs.fetch(client, "x", digest(data), partial, size=len(data))
+                assert err.value.code == "SIZE_INVALID" and not partial.exists()
+            else:
+                got = await blobs.fetch(client, "x", digest(data), partial)
+                assert got.resumed_from == 0 and partial.read_bytes() == data
+        nursery.cancel_scope.cancel()
+    assert ranges[0] == "bytes=1000-"
+    if mode == "wrong-range":
+        assert ranges == ["bytes=1000-", ""]  # the partial file was dropped, then a full GET
