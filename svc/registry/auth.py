@@ -147,7 +147,8 @@ class Authenticator:
             if not isinstance(token, str) or not token:
                 raise RegistryError(f"token server {realm} sent no token")
             lifetime = doc.get("expires_in")
-            if not isinstance(lifetime, int) or isinstance(lifetime, bool) or lifetime <= 0:
+            if not isinstance(lifetime, int | float) or isinstance(lifetime, bool) \
+                    or lifetime <= 0:
                 lifetime = DEFAULT_EXPIRES_IN
             margin = min(5.0, lifetime / 10)
             self._tokens[key] = _Token(token, trio.current_time() + lifetime - margin)

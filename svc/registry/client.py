@@ -81,10 +81,12 @@ class RegistryClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every connection (also safe in a cancelled scope: closing does not wait)."""
-        if self._http is not None:
-            await self._http.aclose()
-        await self._token_http.aclose()
+        """Close every connection, also in a cancelled scope (closing sends nothing over
+        HTTP/1.1, so the shield cannot hold the caller up)."""
+        with trio.CancelScope(shield=True):
+            if self._http is not None:
+                await self._http.aclose()
+            await self._token_http.aclose()
 
     @property
     def endpoint(self) -> Endpoint | None:

@@ -186,10 +186,22 @@ async def get(client: RegistryClient, name: str, reference: str) -> Manifest:
     manifest = parse(answer.body, answer.headers.get("content-type", ""))
     announced = answer.headers.get("docker-content-digest", "")
     expected = reference if digests.is_digest(reference) else announced
-    if expected and expected not in (manifest.digest, digests.of(answer.body)):
+    if expected and not _matches(manifest, expected):
         raise DigestMismatch(f"manifest {name}@{expected}: content has digest "
                              f"{manifest.digest}", code="DIGEST_INVALID")
     return manifest
+
+
+def _matches(manifest: Manifest, expected: str) -> bool:
+    """True when ``expected`` (in its own algorithm) names the bytes or, for schema 1, the
+    canonical payload registries hash instead."""
+    try:
+        if digests.matches(expected, manifest.raw):
+            return True
+    except InvalidManifest:  # an announced digest that is not one
+        return False
+    return manifest.media_type in SCHEMA1_TYPES and \
+        digests.matches(expected, schema1.canonical_payload(manifest.raw))
 
 
 async def resolve(client: RegistryClient, name: str, reference: str, *, os: str = "linux",

@@ -3,6 +3,7 @@ tampered content, and cancellation of a large download."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -190,6 +191,8 @@ async def test_lying_manifests_are_refused() -> None:
         fake = await FakeRegistry(route).start(nursery)
         async with RegistryClient(fake.domain) as client:
             assert (await manifests.get(client, "x", "ok")).digest == digest(doc)
+            sha512 = "sha512:" + hashlib.sha512(doc).hexdigest()  # checked in its algorithm
+            assert (await manifests.get(client, "x", sha512)).raw == doc
             with pytest.raises(DigestMismatch):
                 await manifests.get(client, "x", "sha256:" + "b" * 64)
             with pytest.raises(DigestMismatch):
