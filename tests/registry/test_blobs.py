@@ -15,7 +15,8 @@ import trio.lowlevel
 
 from svc.registry import blobs, manifests, uploads
 from svc.registry.client import RegistryClient
-from svc.registry.errors import DigestMismatch, NotFound, RegistryError
+from svc.registry.errors import DigestMismatch, NotFound, RegistryError, Unreachable
+from svc.registry.transport import RegistryConfig
 from tests.registry.conftest import unique
 from tests.registry.content import digest
 from tests.registry.netfakes import Answer, CountingProxy, FakeRegistry
@@ -230,3 +231,22 @@ async def test_servers_that_do_not_resume(tmp_path: Path, mode: str) -> None:
     assert ranges[0] == "bytes=1000-"
     if mode == "wrong-range":
         assert ranges == ["bytes=1000-", ""]  # the partial file was dropped, then a full GET
+
+
+async def test_a_stalled_download_times_out_and_keeps_its_bytes(tmp_path: Path) -> None:
+    async def stall() -> AsyncIterator[bytes]:
+        yield b"x" * 1000
+        await trio.sleep_forever()
+        yield b""  # pragma: no cover
+
+    async def route(method: str, path: str, headers: dict[str, str]) -> Answer:
+        return 200, {"Content-Length": "5000"}, stall
+
+    config = RegistryConfig(read_timeout=0.3)
+    async with trio.open_nursery() as nursery:
+        fake = await FakeRegistry(route).start(nursery)
+        async with RegistryClient(fake.domain, config=config) as client:
+            with trio.fail_after(5), pytest.raises(Unreachable, match="timeout"):
+                await blobs.fetch(client, "x", digest(b"y"), tmp_path / "p")
+        nursery.cancel_scope.cancel()
+    assert (tmp_path / "p").read_bytes() == b"x" * 1000
