@@ -10,8 +10,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
-APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry openssl ca-certificates
-              procps util-linux kmod)
+APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry apache2-utils openssl
+              ca-certificates procps util-linux kmod)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
