@@ -176,6 +176,7 @@ class Runner(Supervision):
         container when it sees ``die`` and waits for ``destroy``)."""
         c.state.exit_code, c.state.error = code, message
         await self.d.save(c)
+        c.exits, c.last_exit_code = c.exits + 1, code
         c.notify()
         self.event(c, "die", exitCode=str(code))
 

@@ -209,10 +209,16 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             c.manually_stopped = False
             await self.runner.launch(c)
 
-    async def wait_exit(self, c: Container) -> int:
-        """Block until ``c`` is neither running, paused nor restarting; its exit code."""
+    async def wait_exit(self, c: Container, after: int | None = None) -> int:
+        """Block until ``c``'s next exit (the first after exit number ``after``, by default
+        the current count), or until it is neither running, paused nor restarting; that
+        exit's code. As with dockerd, a restart policy does not make ``wait`` wait for a
+        stop for good (forever with ``always``): it returns at each exit."""
+        seen = c.exits if after is None else after
         while True:
             changed = c.changed
+            if c.exits != seen:
+                return c.last_exit_code
             if c.state.status not in RUNNING_STATES and c.live is None:
                 return c.state.exit_code
             await changed.wait()

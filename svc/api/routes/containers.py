@@ -283,9 +283,10 @@ async def wait(ref: str) -> Response:
     cancels the wait (nothing else depends on it)."""
     c = _ctr(ref)
     svc = containers()
+    after = c.exits  # the next exit from the request's arrival, even if the body starts later
 
     async def body() -> AsyncIterator[bytes]:
-        code = await svc.wait_exit(c)
+        code = await svc.wait_exit(c, after)
         yield WaitResponse(StatusCode=code).model_dump_json().encode() + b"\n"
 
     resp = Response(StreamBody(body(), lambda: None), status=200,
