@@ -298,6 +298,8 @@ class NetworkService:
         if net.builtin:
             raise Forbidden(f"{net.name} is a pre-defined network and cannot be removed")
         async with self._lock:
+            if self.networks.get(net.id) is not net:  # removed while this one waited
+                raise NotFound(f"network {net.id} not found")
             if net.endpoints or in_use:
                 users = sorted(set(net.endpoints) | set(in_use))
                 raise Conflict(f"network {net.name} has active endpoints: {', '.join(users)}")
