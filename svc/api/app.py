@@ -9,6 +9,7 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from svc.api import errors as api_errors
+from svc.api.afterresponse import AfterResponse
 from svc.api.body import BoundedRequest, HTTPConnection
 from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
@@ -27,7 +28,8 @@ CORS_ALLOW_METHODS = "HEAD, GET, POST, DELETE, PUT, OPTIONS"
 
 def create_app(engine: Engine, *, cors_origin: str = "",
                extensions: Sequence[Callable[..., None]] = ()) -> Any:
-    """Build the ASGI application: a QuartTrio app behind the version-prefix wrapper."""
+    """Build the ASGI application: a QuartTrio app behind the version-prefix wrapper, behind
+    the one that runs what views defer until their response is sent."""
     app = QuartTrio("svc")
     app.request_class = BoundedRequest
     app.asgi_http_class = HTTPConnection
@@ -65,7 +67,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(networks_routes.bp)
     for extend in extensions:
         extend(app, engine)
-    return VersionPrefix(app)
+    return AfterResponse(VersionPrefix(app))
 
 
 def common_headers(cors_origin: str = "") -> list[tuple[str, str]]:

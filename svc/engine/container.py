@@ -91,6 +91,8 @@ class Container:
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
     hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
     revision: int = 0  # bumped by every save: lets views cache what they derive
+    exits: int = 0  # exits seen since the daemon started: ``wait`` returns at the next one
+    last_exit_code: int = 0  # that exit's code (a restart resets State.ExitCode to 0)
     view_cache: dict[Any, Any] = field(default_factory=dict)
 
     @property

@@ -56,6 +56,7 @@ class ContainerNetworking:
                 raise Conflict(f"container {c.short_id} is already connected to network "
                                f"{net.name}")
             config = _endpoint_config(cfg)
+            attached = False
             if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
                 ipam = config.get("IPAMConfig") or {}
                 nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
@@ -63,10 +64,13 @@ class ContainerNetworking:
                              list(config.get("Aliases") or []),
                              str(ipam.get("IPv6Address") or ""),
                              links=list(config.get("Links") or []))
-                await nets.attach(c.id, c.live.pid, net, default_route=False)
+                await nets.attach(c.id, c.live.pid, net, default_route=False, announce=False)
+                attached = True
             c.net_config[net.id] = config
             await self.deps.save(c)
             c.notify()
+        if attached:  # once the connection is recorded too
+            nets.announce("connect", c.id, net)
 
     async def disconnect(self, c: Container, ref: str) -> None:
         """Leave network ``ref`` (live if running)."""
@@ -78,13 +82,15 @@ class ContainerNetworking:
             if not any(n.id == net.id for n, _ in planned):
                 raise InvalidParameter(f"container {c.short_id} is not connected to network "
                                        f"{net.name}")
-            await nets.release(c.id, only=net)
+            left = await nets.release(c.id, only=net, announce=False)
             if planned[0][0].id == net.id:
                 c.net_config[net.id] = {"Disconnected": True}
             else:
                 c.net_config.pop(net.id, None)
             await self.deps.save(c)
             c.notify()
+        for gone in left:  # once the disconnection is recorded too
+            nets.announce("disconnect", c.id, gone)
 
     async def remove_link(self, c: Container, alias: str) -> None:
         """Drop the legacy link ``alias`` of ``c`` (``DELETE /containers/<c>/<alias>?link=1``).

@@ -73,6 +73,7 @@ class ContainerRestore:
             await self.deps.save(c)
         elif was is State.REMOVING:
             await self._finish_remove(c)
+            self.runner.event(c, "destroy")
             return
         elif c.id not in in_runc and c.rootfs not in mounted:
             return

@@ -177,6 +177,7 @@ class Runner(Supervision):
         container when it sees ``die`` and waits for ``destroy``)."""
         c.state.exit_code, c.state.error = code, message
         await self.d.save(c)
+        c.exits, c.last_exit_code = c.exits + 1, code
         c.notify()
         self.event(c, "die", exitCode=str(code))
 
@@ -332,8 +333,9 @@ class Runner(Supervision):
     async def teardown(self, c: Container) -> None:
         """Remove runc's state (and so the cgroup), release the volumes and unmount the
         rootfs. Idempotent."""
-        with contextlib.suppress(RuntimeFailure):
-            await self.d.runtime.delete(c.id, force=True)
+        if self.d.runtime.has_state(c.id):  # else runc would start only to find nothing
+            with contextlib.suppress(RuntimeFailure):
+                await self.d.runtime.delete(c.id, force=True)
         await self.d.networks.release(c.id)
         await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
@@ -345,6 +347,31 @@ class Runner(Supervision):
 
     async def unmount(self, c: Container) -> None:
         await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
+
+    async def leaves_traces(self, c: Container) -> bool:
+        """Whether ``c`` has anything outside its directory and its record that a removal
+        must undo: a process, runc's state, a cgroup, a mounted rootfs, network endpoints,
+        volumes it holds. A container that never ran (or was torn down when it exited) has
+        none: its removal needs no teardown, and no durable REMOVING mark for a crash to
+        resume from (its record goes first, then its directory; a directory left without a
+        record is swept at the next start)."""
+        if c.live is not None or c.fs_users or self.d.networks.of_container(c.id):
+            return True
+        volumes = self.d.volumes.volumes
+        if any(m["Type"] == "volume" and m["Name"] in volumes and c.id in volumes[m["Name"]].users
+               for m in c.mounts):
+            return True
+        return await trio.to_thread.run_sync(self._traces_on_host, c)
+
+    def _traces_on_host(self, c: Container) -> bool:
+        """Blocking: runc's state, the cgroup or the overlay mount of ``c``."""
+        return self.d.runtime.has_state(c.id) or os.path.ismount(c.rootfs) \
+            or self.d.cgroups.exists(self.cgroup_of(c))
+
+    def remove_files(self, c: Container) -> None:
+        """Blocking: the container's directory and its OCI bundle, gone."""
+        remove_tree(self.bundle_dir(c), ignore_errors=True)
+        remove_tree(c.dir, ignore_errors=True)
 
 # Mount points runc needs, present in a lower layer so that they never show up in the
 # container's changes, export or commit (moby's "-init" layer).

@@ -134,6 +134,7 @@ class Supervision:
         st.status, st.pid, st.exit_code, st.finished_ns = State.EXITED, 0, code, now_ns()
         st.oom_killed = oom
         await self.d.save(c)
+        c.exits, c.last_exit_code = c.exits + 1, code
         if oom:
             self.event(c, "oom")
         self.event(c, "die", exitCode=str(code))

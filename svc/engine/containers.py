@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Iterable, Mapping
 from functools import partial
@@ -55,6 +56,8 @@ from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.engine.containers")
 
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
 COLLECTION = "containers"
 RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
 
@@ -74,9 +77,11 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
 
     # -- loading (restoring after a restart: container_restore.py) ----------------------
 
-    def open(self, records: Mapping[str, Mapping[str, Any]]) -> None:
-        """Load the records (blocking, before serving); damaged ones are skipped."""
+    def open(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
+        """Load the records (blocking, before serving); damaged ones are skipped. Container
+        directories without a record (nor a damaged one among ``keep``) are swept."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o710)
+        self._sweep_leftovers(set(records) | set(keep))
         for cid, rec in records.items():
             try:
                 c = Container.from_record(dict(rec), self.dir)
@@ -86,6 +91,17 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             self.containers[c.id] = c
             self.names[c.name] = c.id
         self.deps.images.container_use = self._image_use
+
+    def _sweep_leftovers(self, known: set[str]) -> None:
+        """Blocking: remove the directories of containers that have no record: what a crash
+        left of a create (the directory is made before the record is written) or of a
+        removal (the record goes before the directory)."""
+        with os.scandir(self.dir) as entries:
+            leftovers = [e.path for e in entries if e.name not in known
+                         and _CONTAINER_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+        for path in leftovers:
+            log.warning("removing %s: a container directory without a record", path)
+            remove_tree(path, ignore_errors=True)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -205,10 +221,16 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             c.manually_stopped = False
             await self.runner.launch(c)
 
-    async def wait_exit(self, c: Container) -> int:
-        """Block until ``c`` is neither running, paused nor restarting; its exit code."""
+    async def wait_exit(self, c: Container, after: int | None = None) -> int:
+        """Block until ``c``'s next exit (the first after exit number ``after``, by default
+        the current count), or until it is neither running, paused nor restarting; that
+        exit's code. As with dockerd, a restart policy does not make ``wait`` wait for a
+        stop for good (forever with ``always``): it returns at each exit."""
+        seen = c.exits if after is None else after
         while True:
             changed = c.changed
+            if c.exits != seen:
+                return c.last_exit_code
             if c.state.status not in RUNNING_STATES and c.live is None:
                 return c.state.exit_code
             await changed.wait()
@@ -332,7 +354,13 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
                 raise
         self.runner.event(c, "rename", oldName=old)
 
-    async def remove(self, c: Container, *, force: bool, volumes: bool = False) -> None:
+    async def remove(self, c: Container, *, force: bool, volumes: bool = False,
+                     announce: bool = True) -> None:
+        """Remove ``c`` (``force``: kill it first if it runs; ``volumes``: its anonymous
+        volumes too). ``destroy`` goes out last, once everything is done and durable: below
+        API 1.25 the CLI's ``run --rm`` removes the container itself and stops waiting at
+        ``destroy``, cancelling a removal whose answer has not come yet. Without
+        ``announce`` the caller sends it (``removed``) once it has answered."""
         async with c.lock:
             require(c.state.status, "force_remove" if force else "remove", c.id)
             if c.state.status in RUNNING_STATES:
@@ -342,28 +370,40 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
                 await self._signal(c, signal.SIGKILL)
                 await self._wait_live_exit(c, None)
             c.state.status = State.REMOVING
-            await self.deps.save(c)
+            with trio.CancelScope(shield=True):
+                traces = await self.runner.leaves_traces(c)
+                if traces:  # a crash from here on: the next start finishes the removal
+                    await self.deps.save(c)
             c.notify()
-            await self._finish_remove(c)
+            await self._finish_remove(c, teardown=traces)
             if volumes:
                 with trio.CancelScope(shield=True):
                     await self._drop_anonymous(c)
+        if announce:
+            self.removed(c)
 
-    async def _finish_remove(self, c: Container) -> None:
+    def removed(self, c: Container) -> None:
+        """The ``destroy`` event of a finished removal."""
+        self.runner.event(c, "destroy")
+
+    async def _finish_remove(self, c: Container, *, teardown: bool = True) -> None:
+        """Tear ``c`` down (unless it left nothing to undo), then delete its record (the
+        removal is durable from there) and its directory, and forget it."""
         with trio.CancelScope(shield=True):
-            await self.runner.teardown(c)
-            # even while an archive reader holds it: the overlay is detached (lazily, if
-            # busy) before its directory goes, so rmtree never walks into a mounted tree
-            await self.runner.unmount(c)
-            await trio.to_thread.run_sync(partial(remove_tree, c.dir, ignore_errors=True))
+            if teardown:
+                await self.runner.teardown(c)
+                if c.fs_users:
+                    # an archive reader holds the overlay: it is detached (lazily, if busy)
+                    # before its directory goes, so rmtree never walks into a mounted tree
+                    await self.runner.unmount(c)
             await self.deps.delete(c)
+            await trio.to_thread.run_sync(self.runner.remove_files, c)
             self.execs.forget(c)
             self.stats.forget(c)
             self.containers.pop(c.id, None)
             if self.names.get(c.name) == c.id:
                 del self.names[c.name]
             c.notify()
-        self.runner.event(c, "destroy")
 
     async def stop_all(self, timeout: float) -> None:
         """Daemon shutdown: every running container gets its stop signal, then SIGKILL."""

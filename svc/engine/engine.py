@@ -100,7 +100,8 @@ class Engine:
             self.store.put("networks", nid, rec)
             self.records["networks"][nid] = rec
         self.containers.knobs = self._probe_knobs()
-        self.containers.open(self.records["containers"])
+        self.containers.open(self.records["containers"],
+                             keep=self.store.ids_on_disk("containers"))
         replayed = self.events.load()
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)

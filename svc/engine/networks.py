@@ -325,6 +325,8 @@ class NetworkService:
         if net.builtin:
             raise Forbidden(f"{net.name} is a pre-defined network and cannot be removed")
         async with self._lock:
+            if self.networks.get(net.id) is not net:  # removed while this one waited
+                raise NotFound(f"network {net.id} not found")
             if net.endpoints or in_use:
                 users = sorted(set(net.endpoints) | set(in_use))
                 raise Conflict(f"network {net.name} has active endpoints: {', '.join(users)}")
@@ -383,8 +385,10 @@ class NetworkService:
         net.endpoints[cid] = info
         return info
 
-    async def attach(self, cid: str, pid: int, net: Network, *, default_route: bool) -> None:
-        """Wire the reserved endpoint into the namespace of ``pid``."""
+    async def attach(self, cid: str, pid: int, net: Network, *, default_route: bool,
+                     announce: bool = True) -> None:
+        """Wire the reserved endpoint into the namespace of ``pid``; ``connect`` goes out
+        unless the caller announces it itself, once its own part is done."""
         info = net.endpoints[cid]
         try:
             await trio.to_thread.run_sync(br.attach, net.bridge, pid, info.endpoint,
@@ -393,7 +397,12 @@ class NetworkService:
             net.endpoints.pop(cid, None)
             raise SystemError_(str(exc)) from exc
         info.attached = True
-        self.events.publish("network", "connect", net.id,
+        if announce:
+            self.announce("connect", cid, net)
+
+    def announce(self, action: str, cid: str, net: Network) -> None:
+        """The ``connect`` or ``disconnect`` event of container ``cid`` on ``net``."""
+        self.events.publish("network", action, net.id,
                             {"container": cid, "name": net.name, "type": net.driver})
 
     async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery,
@@ -438,9 +447,12 @@ class NetworkService:
         found = self._proxies.get(cid)
         return None if found is None else found[0].bindings
 
-    async def release(self, cid: str, only: Network | None = None) -> None:
+    async def release(self, cid: str, only: Network | None = None, *,
+                      announce: bool = True) -> list[Network]:
         """Stop the container's port proxy, delete its veth pairs (if still there) and free
-        its addresses (on ``only``, or everywhere). Idempotent."""
+        its addresses (on ``only``, or everywhere). Idempotent. Returns the networks it was
+        attached to, whose ``disconnect`` went out unless the caller announces it itself."""
+        left = []
         if only is None:
             self.dns.stop(cid)
             proxied = self._proxies.pop(cid, None)
@@ -464,8 +476,10 @@ class NetworkService:
                 except (OSError, SvcError) as exc:
                     log.warning("removing %s: %s", info.endpoint.host_if, exc)
             if info.attached:
-                self.events.publish("network", "disconnect", net.id,
-                                    {"container": cid, "name": net.name, "type": net.driver})
+                left.append(net)
+                if announce:
+                    self.announce("disconnect", cid, net)
+        return left
 
 
 def _ports_scope(cid: str) -> str:

@@ -73,6 +73,14 @@ class MountTmpfsOptions(WireModel):
     Mode: int = 0
 
 
+class PortBinding(WireModel):
+    """One host address of ``HostConfig.PortBindings`` (a struct in the reference engine, so
+    its names fold like any field's)."""
+
+    HostIp: str = ""
+    HostPort: str = ""
+
+
 class MountBody(WireModel):
     """One entry of ``HostConfig.Mounts`` (the CLI's ``--mount``)."""
 
@@ -110,7 +118,7 @@ class HostConfigBody(WireModel):
     OomKillDisable: bool | None = None
     OomScoreAdj: int = 0
     PidsLimit: int = 0
-    PortBindings: dict[str, list[dict[str, str]] | None] | None = None
+    PortBindings: dict[str, list[PortBinding] | None] | None = None
     PublishAllPorts: bool = False
     Privileged: bool = False
     ReadonlyRootfs: bool = False

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from svc.models.base import WireModel
+from svc.models.containers import EndpointConfigBody
 
 
 class IPAMConfigEntry(WireModel):
@@ -20,7 +19,9 @@ class IPAMConfigEntry(WireModel):
 
 class IPAMBody(WireModel):
     Driver: str = "default"
-    Config: list[IPAMConfigEntry] = Field(default_factory=list)
+    # not named Config: pydantic would take a class attribute of that name for the model's
+    # configuration (deprecated class-based config)
+    ipam_config: list[IPAMConfigEntry] = Field(default_factory=list, alias="Config")
     Options: dict[str, str] | None = None
 
 
@@ -69,7 +70,7 @@ class NetworkCreateResponse(WireModel):
 
 class ConnectBody(WireModel):
     Container: str = ""
-    EndpointConfig: dict[str, Any] | None = None
+    EndpointConfig: EndpointConfigBody | None = None
 
 
 class DisconnectBody(WireModel):

@@ -310,6 +310,12 @@ class Runc:
         """
         await self._run("delete", *(["--force"] if force else []), container_id)
 
+    def has_state(self, container_id: str) -> bool:
+        """Whether runc has a directory for ``container_id`` in its root (blocking, one stat).
+        ``runc delete`` of an id without one only removes that directory, so a caller that
+        finds none can skip the runc process (some milliseconds)."""
+        return (self.root / container_id).exists()
+
     async def state(self, container_id: str) -> dict[str, Any]:
         """runc's view: ``{"id", "pid", "status": created|running|paused|stopped, "bundle",
         "rootfs", "created", ...}``.

@@ -63,6 +63,16 @@ class ObjectStore:
     def delete(self, collection: str, oid: str) -> bool:
         return atomic_remove(self._path(collection, oid))
 
+    def ids_on_disk(self, collection: str) -> set[str]:
+        """Every id with a file in ``collection``: its records, good or moved aside as
+        damaged (``<id>.json.corrupt``), so that what belongs to them is never taken for a
+        leftover."""
+        try:
+            names = os.listdir(self.root / collection)
+        except FileNotFoundError:
+            return set()
+        return {n.split(".json", 1)[0] for n in names if ".json" in n and not n.startswith(".")}
+
     def get(self, collection: str, oid: str) -> dict[str, Any] | None:
         try:
             return _decode(self._path(collection, oid).read_bytes())

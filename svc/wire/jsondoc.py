@@ -8,12 +8,19 @@ are accepted (not JSON), and a 300-digit number would later overflow a C integer
 in the daemon. ``loads`` refuses all of them with ``JSONError``, whose message says what is
 wrong, so every caller answers a 400 (Go decodes numbers into at most 64 bits: anything
 outside ``[-2**63, 2**64)`` is out of range for every field).
+
+An object with a key repeated is a ``RepeatedKeys`` that keeps every key in document order:
+Go's decoder takes the keys one by one (the last value of a field wins, and objects for a
+struct merge), which a plain dict would lose (Python keeps the last value at the first
+position).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from svc.models.base import RepeatedKeys
 
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 
@@ -44,6 +51,12 @@ def _constant(name: str) -> Any:
     raise JSONError(f"{name} is not valid JSON")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A plain dict, unless a key is repeated (see the module)."""
+    obj = dict(pairs)
+    return obj if len(obj) == len(pairs) else RepeatedKeys(pairs)
+
+
 def loads(raw: str | bytes) -> Any:
     """Decode ``raw``.
 
@@ -53,7 +66,8 @@ def loads(raw: str | bytes) -> Any:
             ``NaN``/``Infinity``.
     """
     try:
-        return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant,
+                          object_pairs_hook=_object)
     except JSONError:
         raise
     except json.JSONDecodeError as exc:

@@ -64,7 +64,8 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
                              RestartPolicy={"Name": "unless-stopped"})
         stopped = await _make(c, ["sh", "-c", "exit 3"], "stopped",
                               RestartPolicy={"Name": "on-failure", "MaximumRetryCount": 1})
-        with trio.fail_after(10):
+        with trio.fail_after(10):  # wait returns at each exit: the first run's, the retry's
+            await c.post(f"/containers/{stopped}/wait")
             await c.post(f"/containers/{stopped}/wait")
         await c.post(f"/containers/{unless}/stop", params={"t": "0"})
         pids = {cid: (await c.get(f"/containers/{cid}/json")).json()["State"]["Pid"]

@@ -243,6 +243,36 @@ async def test_restart_policy_always_and_manual_stop(api: httpx.AsyncClient) -> 
     assert info["State"]["Status"] == "exited" and info["RestartCount"] == count
 
 
+async def test_wait_returns_at_the_next_exit_with_on_failure(api: httpx.AsyncClient) -> None:
+    """dockerd's wait returns at each exit of a container with a restart policy, not when
+    it stops for good (the retries take 3.1 s of back-off alone here)."""
+    cid = (await create(api, ["sh", "-c", "exit 3"],
+                        HostConfig={"RestartPolicy": {"Name": "on-failure",
+                                                      "MaximumRetryCount": 5}}))["Id"]
+    assert (await api.post(f"/containers/{cid}/start")).status_code == 204
+    t0 = trio.current_time()
+    with trio.fail_after(20):
+        r = await api.post(f"/containers/{cid}/wait")
+    assert r.json() == {"StatusCode": 3}
+    assert trio.current_time() - t0 < 3.0
+    assert (await inspect(api, cid))["RestartCount"] < 5  # it returned at the first exits
+    with trio.fail_after(20):  # and again at the next one, from the restart loop
+        assert (await api.post(f"/containers/{cid}/wait")).json() == {"StatusCode": 3}
+
+
+async def test_wait_returns_at_the_next_exit_with_always(api: httpx.AsyncClient) -> None:
+    for policy in ("always", "unless-stopped"):
+        cid = (await create(api, ["sh", "-c", "sleep 0.2; exit 3"],
+                            HostConfig={"RestartPolicy": {"Name": policy}}))["Id"]
+        assert (await api.post(f"/containers/{cid}/start")).status_code == 204
+        for _ in range(2):
+            with trio.fail_after(10):
+                r = await api.post(f"/containers/{cid}/wait")
+            assert r.json() == {"StatusCode": 3}, policy
+        assert (await inspect(api, cid))["State"]["Status"] in ("running", "restarting")
+        await api.delete(f"/containers/{cid}", params={"force": "1"})
+
+
 async def test_container_events(api: httpx.AsyncClient) -> None:
     since = str(time.time() - 1)
     cid, _ = await run(api, ["true"], Labels={"team": "a"})

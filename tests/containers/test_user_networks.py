@@ -250,6 +250,24 @@ def test_sdk_networks(cdaemon: Daemon, sdk: str) -> None:
     assert "sdknet" in out["names"] and "sdknet" not in out["after"]
 
 
+async def test_concurrent_removals_of_one_network(api: httpx.AsyncClient,
+                                                  cdaemon: Daemon) -> None:
+    """The second of two DELETEs that race is a 404, not a 500 (it found the network, then
+    waited for the first to finish)."""
+    from tests.conftest import http_client
+
+    async def remove(c: httpx.AsyncClient, nid: str, statuses: list[int]) -> None:
+        statuses.append((await c.delete(f"/networks/{nid}")).status_code)
+
+    for i in range(5):
+        net = await new_network(api, f"race{i}", IPAM={"Config": [{"Subnet": subnet()}]})
+        statuses: list[int] = []
+        async with http_client(cdaemon.sock) as other, trio.open_nursery() as nursery:
+            nursery.start_soon(remove, api, str(net["Id"]), statuses)
+            nursery.start_soon(remove, other, str(net["Id"]), statuses)
+        assert sorted(statuses) == [204, 404], statuses
+
+
 async def test_user_networks_cleanup(api: httpx.AsyncClient) -> None:
     """Each test above removes its networks; what a failing one left goes here."""
     for n in (await api.get("/networks")).json():

@@ -13,6 +13,7 @@ import trio
 from quart import Blueprint, Response, request, websocket
 
 from svc.api import container_shapes as shapes
+from svc.api.afterresponse import after_response
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
 from svc.api.detachkeys import parse_detach_keys
 from svc.api.errors import json_errors
@@ -163,8 +164,10 @@ async def rename(ref: str) -> Response:
 @bp.delete("/containers/<ref>")
 async def remove(ref: str) -> Response:
     c = _ctr(ref)
+    svc = containers()
     # v: the container's anonymous volumes go too (named ones and binds never do)
-    await containers().remove(c, force=qbool("force"), volumes=qbool("v"))
+    await svc.remove(c, force=qbool("force"), volumes=qbool("v"), announce=False)
+    after_response(lambda: svc.removed(c))  # destroy follows the answer (see afterresponse)
     return no_content()
 
 
@@ -291,9 +294,10 @@ async def wait(ref: str) -> Response:
     cancels the wait (nothing else depends on it)."""
     c = _ctr(ref)
     svc = containers()
+    after = c.exits  # the next exit from the request's arrival, even if the body starts later
 
     async def body() -> AsyncIterator[bytes]:
-        code = await svc.wait_exit(c)
+        code = await svc.wait_exit(c, after)
         yield WaitResponse(StatusCode=code).model_dump_json().encode() + b"\n"
 
     resp = Response(StreamBody(body(), lambda: None), status=200,

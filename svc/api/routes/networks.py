@@ -57,7 +57,7 @@ def shape(n: Network) -> dict[str, Any]:
         if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
     body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver,
-                       IPAM=IPAMBody(Config=[], Options=n.ipam_options or None),
+                       IPAM=IPAMBody(ipam_config=[], Options=n.ipam_options or None),
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options, Labels=n.labels or None).model_dump()
     body["IPAM"]["Config"] = config
@@ -129,7 +129,8 @@ async def connect(ref: str) -> Response:
     body = await json_body(ConnectBody)
     assert body is not None
     svc = engine_of().containers
-    await svc.connect(svc.resolve(body.Container), ref, body.EndpointConfig or {})
+    cfg = body.EndpointConfig.model_dump(exclude_none=True) if body.EndpointConfig else {}
+    await svc.connect(svc.resolve(body.Container), ref, cfg)
     return Response(b"", status=200)
 
 
