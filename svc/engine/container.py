@@ -83,6 +83,9 @@ class Container:
     dir: Path = Path("/")  # <root>/containers/<id>
     live: Live | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)  # serialises lifecycle verbs
+    # serialises mounting and unmounting the overlay (two mounts of one upper/work dir at
+    # once: the second fails with EBUSY)
+    mount_lock: trio.Lock = field(default_factory=trio.Lock)
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)  # container_mounts.plan

@@ -98,7 +98,7 @@ class ContainerFS:
             c.fs_users -= 1
             if c.fs_users == 0 and c.live is None:
                 with trio.CancelScope(shield=True):
-                    await self.runner.unmount(c)
+                    await self.runner.unmount(c, unless_used=True)
 
     # -- archive ----------------------------------------------------------------------------
 
@@ -166,6 +166,23 @@ class ContainerFS:
                                  if image is not None and image.chain else [])
         return await trio.to_thread.run_sync(upper_changes, c.upper_dir, lowers)
 
+    async def _pause_for_commit(self, c: Container) -> bool:
+        """Pause a running ``c`` for the commit; whether it was paused. A container that
+        exits meanwhile is committed without a pause; one that a restart replaced meanwhile
+        has its new process paused (a few tries, as a stop and a start can race the commit)."""
+        for _ in range(3):
+            live = c.live
+            if c.state.status is not State.RUNNING or live is None:
+                return False
+            try:
+                await self.runner.d.runtime.pause(c.id)
+                return True
+            except RuntimeFailure:
+                if await self.runner.settle_exit(c) or c.live is not live:
+                    continue  # it exited, or it was restarted: look again
+                raise  # still running and yet it cannot be paused
+        return False
+
     async def _resume_after_commit(self, c: Container) -> None:
         """Resume what the commit paused; a container killed meanwhile (a stop or kill
         during the commit) is not there to resume, and that is no error of the commit."""
@@ -182,15 +199,7 @@ class ContainerFS:
         image = self.images.images.get(c.image_id)
         if image is None:
             raise NotFound(f"the image {c.image_id} of container {c.id} is gone")
-        paused_here = False
-        if pause and c.state.status is State.RUNNING:
-            try:
-                await self.runner.d.runtime.pause(c.id)
-                paused_here = True
-            except RuntimeFailure:
-                if not await self.runner.settle_exit(c):
-                    raise  # still running and yet it cannot be paused
-                # it exited meanwhile: a stopped container is committed without a pause
+        paused_here = pause and await self._pause_for_commit(c)
         try:
             staged_file = await trio.to_thread.run_sync(_produce_to_temp, c.upper_dir,
                                                         self.images.layers.root)

@@ -297,9 +297,10 @@ class Runner(Supervision):
         if image is None:
             raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
         layers = self.d.images.layers
-        lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
-        if lower is not None:
-            await mount_overlay(layers.root, lower, c.upper_dir, c.work_dir, c.rootfs)
+        async with c.mount_lock:
+            lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
+            if lower is not None:
+                await mount_overlay(layers.root, lower, c.upper_dir, c.work_dir, c.rootfs)
 
     def _prepare_dirs(self, c: Container, chain: list[str]) -> list[str] | None:
         """Blocking: the overlay's dirs; None if the rootfs is mounted already."""
@@ -345,8 +346,13 @@ class Runner(Supervision):
             await self.unmount(c)
         await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
 
-    async def unmount(self, c: Container) -> None:
-        await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
+    async def unmount(self, c: Container, *, unless_used: bool = False) -> None:
+        """Unmount the overlay; ``unless_used``: only if no archive reader and no process
+        holds it, decided under the mount lock (a reader or a start may be mounting)."""
+        async with c.mount_lock:
+            if unless_used and (c.fs_users or c.live is not None):
+                return
+            await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
 
     async def leaves_traces(self, c: Container) -> bool:
         """Whether ``c`` has anything outside its directory and its record that a removal

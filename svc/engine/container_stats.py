@@ -148,9 +148,12 @@ class StatsService:
         live = c.live
         if live is None or c.state.status not in (State.RUNNING, State.PAUSED):
             return None
-        s = await trio.to_thread.run_sync(take_sample, self.runner.d.cgroups,
-                                          self.runner.cgroup_of(c), live.pid)
-        return s
+        try:
+            return await trio.to_thread.run_sync(take_sample, self.runner.d.cgroups,
+                                                 self.runner.cgroup_of(c), live.pid)
+        except OSError:  # its process exited under the reading: answer as for a stopped one
+            await self.runner.settle_exit(c)
+            return None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:

@@ -108,9 +108,11 @@ class Knobs:
 
 
 def _maybe(read: Callable[[str], T], cgroup: str) -> T | None:
+    """A reading, or None where the cgroup cannot give it: missing, or going away with its
+    last process (its files then answer ENODEV)."""
     try:
         return read(cgroup)
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):
         return None
 
 

@@ -34,8 +34,9 @@ class ContainerNotFound(RuntimeFailure, NotFound):
     """The runtime has no container by that id."""
 
 
-class ContainerStateConflict(RuntimeFailure, Conflict):
-    """The container is not in a state that allows the command (kill a stopped one...)."""
+class ContainerStateConflict(Conflict, RuntimeFailure):
+    """The container is not in a state that allows the command (kill a stopped one...): a
+    409 for the client (Conflict comes first), a RuntimeFailure for the engine."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -275,3 +276,22 @@ async def test_a_missing_path_names_the_container_as_the_client_did(
         assert r.status_code == 404 and r.json()["message"] == want, r.text
         r = await api.post(f"/containers/{ref}/copy", json={"Resource": "/nope"})
         assert r.status_code == 404 and want in r.text, r.text
+
+
+async def test_concurrent_reads_of_a_stopped_container(api: httpx.AsyncClient) -> None:
+    """Ten archive reads at once mount the stopped container's overlay once (a second mount
+    of one upper dir fails with EBUSY: it was a 500) and the last one unmounts it."""
+    cid, _ = await run(api, ["true"])
+    statuses: list[int] = []
+
+    async def one() -> None:
+        r = await api.head(f"/containers/{cid}/archive", params={"path": "/etc"})
+        statuses.append(r.status_code)
+
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(one)
+    assert statuses == [200] * 30
+    rootfs = Path((await inspect(api, cid))["GraphDriver"]["Data"]["MergedDir"])
+    assert not os.path.ismount(rootfs)
