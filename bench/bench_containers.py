@@ -37,7 +37,7 @@ from typing import Any
 from bench.bench_images import read_body
 from bench.context import Context
 from bench.harness import Figure, Outcome, Target, connect, proc_status_kib, request_bytes
-from svc.engine.container_config import DEFAULT_PATH
+from svc.engine.containers.config import DEFAULT_PATH
 from svc.runtime.spec import (
     build_spec,
     cgroups_path,

@@ -6,11 +6,11 @@ import time
 from typing import Any
 
 from svc.api.versioning import Version
-from svc.engine import ports
-from svc.engine.container import Container
-from svc.engine.container_state import State, human_duration, status_text
-from svc.engine.images import ImageService
-from svc.engine.links import parse_link
+from svc.engine.containers.container import Container
+from svc.engine.containers.links import parse_link
+from svc.engine.containers.state import State, human_duration, status_text
+from svc.engine.images.service import ImageService
+from svc.engine.networks import ports
 from svc.errors import InvalidParameter, SvcError
 from svc.models.containers import (
     ContainerInspect,

@@ -14,14 +14,14 @@ from pathlib import Path
 import trio
 
 from svc.engine import system
-from svc.engine.container import Container
-from svc.engine.container_run import RunnerDeps
-from svc.engine.container_spec import HostFacts
-from svc.engine.containers import ContainerService
+from svc.engine.containers.container import Container
+from svc.engine.containers.run import RunnerDeps
+from svc.engine.containers.service import ContainerService
+from svc.engine.containers.spec import HostFacts
 from svc.engine.events import REPLAY_EVENTS, EventBus
-from svc.engine.images import ImageService
-from svc.engine.networks import NetworkService
-from svc.engine.volumes import VolumeService
+from svc.engine.images.service import ImageService
+from svc.engine.networks.service import NetworkService
+from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host

@@ -156,7 +156,7 @@ def test_detach_keys_parse(keys: str) -> None:
 
 
 def test_detach_key_filter_holds_a_partial_sequence() -> None:
-    from svc.engine.attach import DetachKeyFilter
+    from svc.engine.containers.attach import DetachKeyFilter
 
     f = DetachKeyFilter(b"\x10\x11")
     assert f.feed(b"ab\x10") == (b"ab", False)

@@ -22,12 +22,12 @@ from svc.api.params import json_body, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody, direct_head, send_chunks, send_chunks_from_thread
 from svc.api.versioning import api_version
-from svc.engine.container import Container
-from svc.engine.container_fs import path_stat_header
-from svc.engine.container_list import FILTERS, select
-from svc.engine.container_logs import follows, log_stream, read_log
-from svc.engine.containers import ContainerService
-from svc.engine.links import link_names
+from svc.engine.containers.container import Container
+from svc.engine.containers.fs import path_stat_header
+from svc.engine.containers.links import link_names
+from svc.engine.containers.listing import FILTERS, select
+from svc.engine.containers.logs import follows, log_stream, read_log
+from svc.engine.containers.service import ContainerService
 from svc.errors import InvalidParameter, NotFound, PathNotFound
 from svc.models.containers import (
     ChangeEntry,

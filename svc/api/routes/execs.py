@@ -11,7 +11,7 @@ from svc.api.hijack import hijack
 from svc.api.params import json_body, qint
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
-from svc.engine.containers import ContainerService
+from svc.engine.containers.service import ContainerService
 from svc.errors import InvalidParameter
 from svc.models.containers import (
     CreateResponse,

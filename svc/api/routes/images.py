@@ -17,11 +17,11 @@ from svc.api.params import qbool, qfilters, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import ChannelBody
 from svc.api.versioning import Version, api_version
-from svc.engine.image_import import ImportSpec, check_spec, import_image, sniff_archive
-from svc.engine.image_load import load_images
-from svc.engine.image_remove import remove_image
-from svc.engine.image_save import plan_save, save_size, write_save
-from svc.engine.images import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
+from svc.engine.images.importer import ImportSpec, check_spec, import_image, sniff_archive
+from svc.engine.images.load import load_images
+from svc.engine.images.remove import remove_image
+from svc.engine.images.save import plan_save, save_size, write_save
+from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
 from svc.engine.streams import FdWriter, ThreadWriter
 from svc.errors import InvalidParameter, NotFound, SvcError, Unsupported, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
@@ -87,7 +87,7 @@ async def inspect(name: str) -> Response:
 
 
 def _container_config(raw: object) -> dict[str, Any]:
-    from svc.engine.imageconfig import normalize_container_config
+    from svc.engine.images.config import normalize_container_config
 
     return normalize_container_config(raw if isinstance(raw, dict) else None)
 

@@ -9,8 +9,8 @@ from quart import Blueprint, Response
 from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
-from svc.engine.network_ipam import Network
-from svc.engine.networks import NetworkService
+from svc.engine.networks.ipam import Network
+from svc.engine.networks.service import NetworkService
 from svc.errors import InvalidParameter, NotFound
 from svc.models.networks import (
     ConnectBody,

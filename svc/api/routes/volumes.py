@@ -9,7 +9,7 @@ from quart import Blueprint, Response
 from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
-from svc.engine.volumes import Volume, VolumeService
+from svc.engine.volumes.service import Volume, VolumeService
 from svc.errors import InvalidParameter
 from svc.models.volumes import VolumeBody, VolumeCreateBody
 

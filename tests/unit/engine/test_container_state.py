@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from svc.engine.container_state import ALLOWED, State, can, human_duration, require, status_text
+from svc.engine.containers.state import ALLOWED, State, can, human_duration, require, status_text
 from svc.errors import Conflict, NotModified
 
 C = "abc123"

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from svc.engine import security_opts
-from svc.engine.container import Container
-from svc.engine.container_config import DEFAULT_PATH
-from svc.engine.userdb import ExecUser
+from svc.engine.containers import security_opts
+from svc.engine.containers.config import DEFAULT_PATH
+from svc.engine.containers.container import Container
+from svc.engine.containers.userdb import ExecUser
 from svc.errors import InvalidParameter
 from svc.runtime import seccomp
 from svc.runtime.mounts import host_devices

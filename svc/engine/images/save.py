@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import trio
 
-from svc.engine.images import Image, ImageService
+from svc.engine.images.service import Image, ImageService
 from svc.errors import InvalidParameter
 from svc.storage.layers import LayerStore
 

@@ -1,8 +1,8 @@
 """The containers service: records, names, and every lifecycle verb with dockerd's rules.
 
-Each verb checks the state table (``container_state.require``) under the container's lock, so
+Each verb checks the state table (``state.require``) under the container's lock, so
 two verbs never interleave on one container. Running processes belong to supervisor tasks in
-the engine's nursery (``container_run.Runner``); a verb that waits for an exit waits on the
+the engine's nursery (``run.Runner``); a verb that waits for an exit waits on the
 container's ``changed`` event, never on the process itself.
 """
 
@@ -20,32 +20,32 @@ from typing import Any
 
 import trio
 
-from svc.engine import names as namegen
-from svc.engine.attach import SessionOptions, StdinTarget, session
-from svc.engine.container import Container, new_id, now_ns
-from svc.engine.container_config import (
+from svc.engine.containers import names as namegen
+from svc.engine.containers.attach import SessionOptions, StdinTarget, session
+from svc.engine.containers.config import (
     check_host_config,
     check_name,
     host_config_record,
     merge_config,
     stop_signal,
 )
-from svc.engine.container_files import check_dns, check_extra_hosts
-from svc.engine.container_fs import ContainerFS
-from svc.engine.container_logs import log_stream
-from svc.engine.container_mounts import (
+from svc.engine.containers.container import Container, new_id, now_ns
+from svc.engine.containers.exec import ExecService
+from svc.engine.containers.files import check_dns, check_extra_hosts
+from svc.engine.containers.fs import ContainerFS
+from svc.engine.containers.links import parse_link
+from svc.engine.containers.logs import log_stream
+from svc.engine.containers.mounts import (
     check_binds,
 )
-from svc.engine.container_networks import ContainerNetworking
-from svc.engine.container_ops import ContainerOps
-from svc.engine.container_restore import ContainerRestore
-from svc.engine.container_run import Runner, RunnerDeps
-from svc.engine.container_state import State, require
-from svc.engine.container_stats import StatsService
-from svc.engine.container_volumes import ContainerVolumes
-from svc.engine.exec import ExecService
-from svc.engine.links import parse_link
-from svc.engine.ports import bindings as port_bindings
+from svc.engine.containers.networking import ContainerNetworking
+from svc.engine.containers.ops import ContainerOps
+from svc.engine.containers.restore import ContainerRestore
+from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.state import State, require
+from svc.engine.containers.stats import StatsService
+from svc.engine.containers.volumes import ContainerVolumes
+from svc.engine.networks.ports import bindings as port_bindings
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.network.bridge import parse_mac
@@ -75,7 +75,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
         self.names: dict[str, str] = {}  # "/name" -> id
         self._names_lock = trio.Lock()
 
-    # -- loading (restoring after a restart: container_restore.py) ----------------------
+    # -- loading (restoring after a restart: restore.py) ----------------------
 
     def open(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
         """Load the records (blocking, before serving); damaged ones are skipped. Container

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 
 import trio
 
-from svc.engine import imageconfig
-from svc.engine.images import Image, ImageService
+from svc.engine.images import config as imageconfig
+from svc.engine.images.service import Image, ImageService
 from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
 from svc.storage.layers import StagedLayer

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from svc.engine.volumes import DRIVER, check_driver, check_name
+from svc.engine.volumes.service import DRIVER, check_driver, check_name
 from svc.errors import InvalidParameter
 from svc.models.containers import HostConfigBody, MountBody
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from svc.engine.log_tap import LogTap, Tapped
+from svc.engine.containers.log_tap import LogTap, Tapped
 from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
 
 ATTACH_BUFFER = 4 << 20

@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
-from svc.engine.attach import OutputHub
-from svc.engine.container_state import State
+from svc.engine.containers.attach import OutputHub
+from svc.engine.containers.state import State
 from svc.storage.jsonlog.writer import JsonLogWriter
 
 ID_BYTES = 32
@@ -88,7 +88,7 @@ class Container:
     mount_lock: trio.Lock = field(default_factory=trio.Lock)
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
-    mounts: list[dict[str, Any]] = field(default_factory=list)  # container_mounts.plan
+    mounts: list[dict[str, Any]] = field(default_factory=list)  # mounts.plan
     net_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from svc.engine.container import Container
-from svc.engine.container_state import State
-from svc.engine.images import ImageService
+from svc.engine.containers.container import Container
+from svc.engine.containers.state import State
+from svc.engine.images.service import ImageService
 from svc.errors import InvalidParameter, NotFound
 
 FILTERS = ("id", "name", "label", "status", "exited", "ancestor", "volume", "network",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator
 
-from svc.engine.container import Container
-from svc.engine.log_chunks import raw_chunks, raw_follow
-from svc.engine.log_tap import follow_output
+from svc.engine.containers.container import Container
+from svc.engine.containers.log_chunks import raw_chunks, raw_follow
+from svc.engine.containers.log_tap import follow_output
 from svc.engine.streams import thread_iter
 from svc.storage.jsonlog.follow import follow as follow_records
 from svc.storage.jsonlog.follow import follow_framed

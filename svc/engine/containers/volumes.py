@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from svc.engine.container import Container
-from svc.engine.container_mounts import MountPoint, parse_volumes_from, plan, volume_options
-from svc.engine.container_run import RunnerDeps
+from svc.engine.containers.container import Container
+from svc.engine.containers.mounts import MountPoint, parse_volumes_from, plan, volume_options
+from svc.engine.containers.run import RunnerDeps
 from svc.errors import SvcError
 from svc.models.containers import HostConfigBody
 

@@ -28,11 +28,11 @@ from typing import Any
 
 import trio
 
-from svc.engine import imageconfig
-from svc.engine.container import Container
-from svc.engine.container_run import Runner
-from svc.engine.container_state import State
-from svc.engine.images import Image, ImageService
+from svc.engine.containers.container import Container
+from svc.engine.containers.run import Runner
+from svc.engine.containers.state import State
+from svc.engine.images import config as imageconfig
+from svc.engine.images.service import Image, ImageService
 from svc.errors import Forbidden, InvalidParameter, NotFound, PathNotFound, SvcError, SystemError_
 from svc.runtime.protocol import RuntimeFailure
 from svc.storage.layerproduce import produce_layer

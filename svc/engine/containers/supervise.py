@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from svc.engine.attach import OutputHub, output_chunks
-from svc.engine.container import Container, Live, now_ns
-from svc.engine.container_state import State
-from svc.engine.log_tap import Tapped
+from svc.engine.containers.attach import OutputHub, output_chunks
+from svc.engine.containers.container import Container, Live, now_ns
+from svc.engine.containers.log_tap import Tapped
+from svc.engine.containers.state import State
 from svc.errors import SvcError
 from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import RuntimeFailure
@@ -28,7 +28,7 @@ from svc.storage.jsonlog.writer import JsonLogWriter
 from svc.wire.stdcopy import STDERR, STDOUT
 
 if TYPE_CHECKING:
-    from svc.engine.container_run import RunnerDeps
+    from svc.engine.containers.run import RunnerDeps
 
 log = logging.getLogger("svc.engine.containers")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from svc.engine.container import Container
-from svc.engine.container_run import RunnerDeps
-from svc.engine.container_state import State
-from svc.engine.links import parse_link
+from svc.engine.containers.container import Container
+from svc.engine.containers.links import parse_link
+from svc.engine.containers.run import RunnerDeps
+from svc.engine.containers.state import State
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody
 

@@ -38,9 +38,9 @@ from typing import Any
 
 import trio
 
-from svc.engine.dns import EmbeddedDNS
 from svc.engine.events import EventBus
-from svc.engine.network_ipam import (
+from svc.engine.networks.dns import EmbeddedDNS
+from svc.engine.networks.ipam import (
     EndpointInfo,
     Network,
     check_aux,

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import trio
 
-from svc.engine.log_chunks import raw_chunks, raw_follow
+from svc.engine.containers.log_chunks import raw_chunks, raw_follow
 from svc.engine.streams import thread_iter
 from svc.storage.jsonlog.follow import follow_framed_from, follow_from
 from svc.storage.jsonlog.reader import LogFiles, read_framed, read_logs, snapshot, span

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from svc.engine.ports import parse_port
+from svc.engine.networks.ports import parse_port
 from svc.errors import InvalidParameter
 from svc.version import SVC_VERSION
 from svc.wire.timefmt import rfc3339_nano

@@ -24,17 +24,17 @@ from typing import Any
 
 import trio
 
-from svc.engine import container_files as files
-from svc.engine import links, ports
-from svc.engine.container import Container, Live, now_ns
-from svc.engine.container_spec import HostFacts, oci_spec, write_bundle
-from svc.engine.container_state import State
-from svc.engine.container_supervise import Supervision
+from svc.engine.containers import files, links
+from svc.engine.containers.container import Container, Live, now_ns
+from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
+from svc.engine.containers.state import State
+from svc.engine.containers.supervise import Supervision
+from svc.engine.containers.userdb import resolve_user
 from svc.engine.events import EventBus
-from svc.engine.images import ImageService
-from svc.engine.networks import NetworkService
-from svc.engine.userdb import resolve_user
-from svc.engine.volumes import VolumeService
+from svc.engine.images.service import ImageService
+from svc.engine.networks import ports
+from svc.engine.networks.service import NetworkService
+from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1

@@ -9,7 +9,7 @@ are pruned unless ``noprune``.
 
 from __future__ import annotations
 
-from svc.engine.images import Image, ImageService
+from svc.engine.images.service import Image, ImageService
 from svc.errors import Conflict
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import trio
 
-from svc.engine.container import Container, now_ns
-from svc.engine.container_run import Runner, RunnerDeps
-from svc.engine.container_state import State
+from svc.engine.containers.container import Container, now_ns
+from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.state import State
 from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
 from svc.runtime.protocol import ContainerNotFound, RuntimeFailure

@@ -17,9 +17,9 @@ from typing import Any
 
 import trio
 
-from svc.engine.container import Container
-from svc.engine.container_run import Runner
-from svc.engine.container_state import State
+from svc.engine.containers.container import Container
+from svc.engine.containers.run import Runner
+from svc.engine.containers.state import State
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupStats, CgroupV1, system_cpu_usage
 from svc.wire.timefmt import rfc3339_nano

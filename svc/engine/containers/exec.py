@@ -22,11 +22,17 @@ from typing import Any
 
 import trio
 
-from svc.engine.attach import OutputHub, SessionOptions, StdinTarget, output_chunks, session
-from svc.engine.container import Container
-from svc.engine.container_run import Runner, start_failure
-from svc.engine.container_state import State, require
-from svc.engine.userdb import resolve_user
+from svc.engine.containers.attach import (
+    OutputHub,
+    SessionOptions,
+    StdinTarget,
+    output_chunks,
+    session,
+)
+from svc.engine.containers.container import Container
+from svc.engine.containers.run import Runner, start_failure
+from svc.engine.containers.state import State, require
+from svc.engine.containers.userdb import resolve_user
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
 from svc.runtime.protocol import RuntimeFailure

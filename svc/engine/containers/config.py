@@ -13,8 +13,8 @@ import re
 import signal
 from typing import Any
 
-from svc.engine import security_opts
-from svc.engine.ports import parse_port, valid_port
+from svc.engine.containers import security_opts
+from svc.engine.networks.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs

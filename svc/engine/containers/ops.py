@@ -10,13 +10,13 @@ from typing import Any
 
 import trio
 
-from svc.engine.container import Container
-from svc.engine.container_config import check_host_config, host_config_record
-from svc.engine.container_fs import ContainerFS
-from svc.engine.container_run import Runner, RunnerDeps
-from svc.engine.container_spec import resources
-from svc.engine.container_state import State, require
-from svc.engine.images import Image
+from svc.engine.containers.config import check_host_config, host_config_record
+from svc.engine.containers.container import Container
+from svc.engine.containers.fs import ContainerFS
+from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.spec import resources
+from svc.engine.containers.state import State, require
+from svc.engine.images.service import Image
 from svc.errors import Conflict, InvalidParameter
 from svc.models.containers import HostConfigBody, UpdateBody
 from svc.runtime.cgroups import Knobs

@@ -1,0 +1,1 @@
+"""Volumes: the local driver's volumes."""
