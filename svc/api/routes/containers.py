@@ -84,7 +84,7 @@ async def list_containers() -> Response:
     aliases = link_names(list(svc.all()))
     out = []
     for c in found:
-        sizes = await svc.sizes(c) if size else None
+        sizes = await svc.ops.sizes(c) if size else None
         names = [c.name, *aliases.get(c.id, [])]
         try:
             out.append(shapes.summary(c, names, version, sizes))
@@ -100,7 +100,7 @@ async def inspect(ref: str) -> Response:
     c = svc.resolve(ref)
     from svc.api.app import engine_of
 
-    sizes = await svc.sizes(c) if qbool("size") else None
+    sizes = await svc.ops.sizes(c) if qbool("size") else None
     return json_response(shapes.inspect(c, engine_of().images, api_version(), sizes))
 
 
@@ -267,14 +267,14 @@ async def update(ref: str) -> Response:
     c = _ctr(ref)
     body = await json_body(UpdateBody)
     assert body is not None
-    warnings = await containers().update(c, body, restart_policy=api_version() >= (1, 23))
+    warnings = await containers().ops.update(c, body, restart_policy=api_version() >= (1, 23))
     return json_response(UpdateResponse(Warnings=warnings))
 
 
 @bp.get("/containers/<ref>/top")
 async def top(ref: str) -> Response:
     c = _ctr(ref)
-    titles, rows = await containers().top(c, qstr("ps_args") or "-ef")
+    titles, rows = await containers().ops.top(c, qstr("ps_args") or "-ef")
     return json_response(TopResponse(Titles=titles, Processes=rows))
 
 
@@ -284,7 +284,7 @@ async def resize(ref: str) -> Response:
     height, width = qint("h"), qint("w")
     if height is None or width is None:
         raise InvalidParameter("resize needs both h and w (characters)")
-    await containers().resize(c, height, width)
+    await containers().ops.resize(c, height, width)
     return Response(b"", status=200, content_type="text/plain")
 
 
@@ -449,7 +449,7 @@ async def commit() -> Response:
         raise InvalidParameter("commit needs the container parameter")
     c = _ctr(ref)
     body = await json_body(ContainerConfig, required=False)
-    image = await containers().commit(
+    image = await containers().ops.commit(
         c, repo=qstr("repo") or "", tag=qstr("tag") or "", comment=qstr("comment") or "",
         author=qstr("author") or "", pause=qbool("pause", True),
         changes=request.args.getlist("changes"),

@@ -5,25 +5,30 @@ list's ``network`` filter). The wiring itself is ``networks.NetworkService``'s."
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import parse_link
-from svc.engine.containers.run import RunnerDeps
 from svc.engine.containers.state import State
+from svc.engine.networks.service import NetworkService
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
 from svc.models.containers import CreateBody
 
 
 class ContainerNetworking:
-    """Mixed into ``ContainerService``: needs its ``deps`` and ``save`` path."""
+    """The containers service's network side: it needs the networks and a way to save a
+    container's record."""
 
-    deps: RunnerDeps
+    def __init__(self, networks: NetworkService,
+                 save: Callable[[Container], Awaitable[None]]) -> None:
+        self.networks = networks
+        self.save = save
 
-    def _net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
+    def net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
         """The settings of the container's network (NetworkingConfig), by network id; a
         custom NetworkMode must name an existing network (404)."""
-        nets = self.deps.networks
+        nets = self.networks
         if mode in ("", "default", "bridge", "host", "none") or mode.startswith("container:"):
             primary = nets.default_bridge if mode in ("", "default", "bridge") else None
         else:
@@ -41,7 +46,7 @@ class ContainerNetworking:
 
     async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
         """Join network ``ref`` (live if running: a new ethN, no default route)."""
-        nets = self.deps.networks
+        nets = self.networks
         net = nets.resolve(ref)
         async with c.lock:
             mode = str(c.host_config.get("NetworkMode") or "default")
@@ -67,14 +72,14 @@ class ContainerNetworking:
                 await nets.attach(c.id, c.live.pid, net, default_route=False, announce=False)
                 attached = True
             c.net_config[net.id] = config
-            await self.deps.save(c)
+            await self.save(c)
             c.notify()
         if attached:  # once the connection is recorded too
             nets.announce("connect", c.id, net)
 
     async def disconnect(self, c: Container, ref: str) -> None:
         """Leave network ``ref`` (live if running)."""
-        nets = self.deps.networks
+        nets = self.networks
         net = nets.resolve(ref)
         async with c.lock:
             mode = str(c.host_config.get("NetworkMode") or "default")
@@ -87,7 +92,7 @@ class ContainerNetworking:
                 c.net_config[net.id] = {"Disconnected": True}
             else:
                 c.net_config.pop(net.id, None)
-            await self.deps.save(c)
+            await self.save(c)
             c.notify()
         for gone in left:  # once the disconnection is recorded too
             nets.announce("disconnect", c.id, gone)
@@ -102,14 +107,14 @@ class ContainerNetworking:
             if len(kept) == len(links):
                 raise NotFound(f"No such container: {c.name.lstrip('/')}/{alias}")
             c.host_config["Links"] = kept or None
-            await self.deps.save(c)
+            await self.save(c)
             c.notify()
 
     def network_names(self, c: Container) -> set[str]:
         """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
         mode = str(c.host_config.get("NetworkMode") or "default")
         try:
-            plan = self.deps.networks.plan(mode, c.net_config)
+            plan = self.networks.plan(mode, c.net_config)
         except SvcError:
             plan = []
         out = {x for n, _ in plan for x in (n.name, n.id)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,14 @@ import trio
 from svc.engine.containers.config import check_host_config, host_config_record
 from svc.engine.containers.container import Container
 from svc.engine.containers.fs import ContainerFS
-from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.run import Runner
 from svc.engine.containers.spec import resources
 from svc.engine.containers.state import State, require
-from svc.engine.images.service import Image
+from svc.engine.images.service import Image, ImageService
 from svc.errors import Conflict, InvalidParameter
 from svc.models.containers import HostConfigBody, UpdateBody
-from svc.runtime.cgroups import Knobs
-from svc.runtime.protocol import RuntimeFailure
+from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import with_resources
 
 
@@ -59,13 +60,20 @@ def _tree_size(root: Path) -> int:
 
 
 class ContainerOps:
-    """Mixed into ``ContainerService``: needs its ``deps``, ``runner``, ``fs`` and
-    ``knobs``."""
+    """update, top, resize, commit and sizes: what they need is the runtime, the cgroups,
+    the images, the runner (events, cgroup paths, settling an exit), the files and a way to
+    save a record."""
 
-    deps: RunnerDeps
-    runner: Runner
-    fs: ContainerFS
-    knobs: Knobs | None
+    def __init__(self, runtime: Runtime, cgroups: CgroupV1, images: ImageService,
+                 runner: Runner, fs: ContainerFS, knobs: Knobs | None,
+                 save: Callable[[Container], Awaitable[None]]) -> None:
+        self.runtime = runtime
+        self.cgroups = cgroups
+        self.images = images
+        self.runner = runner
+        self.fs = fs
+        self.knobs = knobs
+        self.save = save
 
     async def update(self, c: Container, body: UpdateBody, *,
                      restart_policy: bool) -> list[str]:
@@ -90,7 +98,7 @@ class ContainerOps:
                 spec: dict[str, Any] = {}
                 with_resources(res)(spec)
                 try:
-                    await self.deps.runtime.update(c.id, spec["linux"]["resources"])
+                    await self.runtime.update(c.id, spec["linux"]["resources"])
                 except RuntimeFailure as exc:
                     # exited meanwhile: the new limits apply from its next start
                     if not await self.runner.settle_exit(c):
@@ -99,7 +107,7 @@ class ContainerOps:
             new = host_config_record(hc)
             new["NetworkMode"] = c.host_config.get("NetworkMode", new["NetworkMode"])
             c.host_config = new
-            await self.deps.save(c)
+            await self.save(c)
         self.runner.event(c, "update")
         return warnings
 
@@ -109,7 +117,7 @@ class ContainerOps:
             raise Conflict(f"Container {c.id} is not running")
         cgroup = self.runner.cgroup_of(c)
         try:
-            pids = set(await trio.to_thread.run_sync(self.deps.cgroups.procs, cgroup))
+            pids = set(await trio.to_thread.run_sync(self.cgroups.procs, cgroup))
         except OSError:
             if await self.runner.settle_exit(c):  # its cgroup went with its exit
                 raise Conflict(f"Container {c.id} is not running") from None
@@ -142,7 +150,7 @@ class ContainerOps:
     async def commit(self, c: Container, *, repo: str, tag: str, comment: str, author: str,
                      pause: bool, changes: list[str], config: dict[str, Any] | None) -> Image:
         """``docker commit``: a new image from the container's changes, optionally named."""
-        images = self.deps.images
+        images = self.images
         ref = images.tag_reference(repo, tag or None) if repo else None
         if ref is None and tag:
             raise InvalidParameter("commit: a tag needs a repository (repo)")
@@ -158,5 +166,5 @@ class ContainerOps:
     async def sizes(self, c: Container) -> tuple[int, int]:
         """(SizeRw, SizeRootFs): bytes in the upper dir, and those plus the image's."""
         rw = await trio.to_thread.run_sync(_tree_size, c.upper_dir)
-        image = self.deps.images.images.get(c.image_id)
+        image = self.images.images.get(c.image_id)
         return rw, rw + (image.size if image is not None else 0)

@@ -16,24 +16,30 @@ from pathlib import Path
 import trio
 
 from svc.engine.containers.container import Container, now_ns
-from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.registry import ContainerRegistry
+from svc.engine.containers.run import Runner
 from svc.engine.containers.state import State
 from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
-from svc.runtime.protocol import ContainerNotFound, RuntimeFailure
+from svc.runtime.protocol import ContainerNotFound, Runtime, RuntimeFailure
 
 log = logging.getLogger("svc.engine.containers")
 
 
 class ContainerRestore:
-    """Mixed into ``ContainerService``: needs its ``deps``, ``runner``, ``containers``,
-    ``dir`` and ``_finish_remove``."""
+    """Brings the known containers back at start; it needs the runtime (what it still
+    holds), the runner (teardown, launch), the records' directory, a way to save a record and
+    to finish an interrupted removal."""
 
-    deps: RunnerDeps
-    runner: Runner
-    containers: dict[str, Container]
-    dir: Path
-    _finish_remove: Callable[[Container], Awaitable[None]]
+    def __init__(self, registry: ContainerRegistry, runtime: Runtime, runner: Runner,
+                 root: Path, save: Callable[[Container], Awaitable[None]],
+                 finish_remove: Callable[[Container], Awaitable[None]]) -> None:
+        self.registry = registry
+        self.runtime = runtime
+        self.runner = runner
+        self.dir = root
+        self.save = save
+        self.finish_remove = finish_remove
 
     async def restore(self, nursery: trio.Nursery) -> None:
         """After a crash or a restart: no container runs without a supervisor. Ones that were
@@ -43,17 +49,17 @@ class ContainerRestore:
         # What a crash can leave behind, looked up once (a runc call per container would make
         # a start with many containers slow): runc's containers and the overlay mounts.
         try:
-            in_runc = {str(d.get("id")) for d in await self.deps.runtime.list()}
+            in_runc = {str(d.get("id")) for d in await self.runtime.list()}
         except RuntimeFailure as exc:
             log.warning("cannot list the runtime's containers: %s", exc)
-            in_runc = set(self.containers)
+            in_runc = set(self.registry.containers)
         mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
-        for c in list(self.containers.values()):
+        for c in list(self.registry.all()):
             try:
                 await self._restore_one(c, in_runc, mounted)
             except Exception:  # one damaged container must not keep the daemon from starting
                 log.exception("restoring container %s failed", c.short_id)
-        for c in list(self.containers.values()):
+        for c in list(self.registry.all()):
             policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
             if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
                 if not c.has_been_started:
@@ -70,9 +76,9 @@ class ContainerRestore:
             code, error = await self._reap_orphan(c)
             c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
             c.state.exit_code, c.state.error = code, error
-            await self.deps.save(c)
+            await self.save(c)
         elif was is State.REMOVING:
-            await self._finish_remove(c)
+            await self.finish_remove(c)
             self.runner.event(c, "destroy")
             return
         elif c.id not in in_runc and c.rootfs not in mounted:
@@ -81,13 +87,13 @@ class ContainerRestore:
 
     async def _reap_orphan(self, c: Container) -> tuple[int, str]:
         try:
-            state = await self.deps.runtime.state(c.id)
+            state = await self.runtime.state(c.id)
         except ContainerNotFound:
             return 255, "the container exited while the daemon was not running"
         except RuntimeFailure as exc:
             return 255, str(exc)
         if state.get("status") in ("running", "paused", "created"):
             with contextlib.suppress(RuntimeFailure):
-                await self.deps.runtime.delete(c.id, force=True)
+                await self.runtime.delete(c.id, force=True)
             return 137, "killed when the daemon restarted (it was not running to supervise it)"
         return 255, "the container exited while the daemon was not running"

@@ -20,7 +20,6 @@ from typing import Any
 
 import trio
 
-from svc.engine.containers import names as namegen
 from svc.engine.containers.attach import SessionOptions, StdinTarget, session
 from svc.engine.containers.config import (
     check_host_config,
@@ -40,6 +39,7 @@ from svc.engine.containers.mounts import (
 )
 from svc.engine.containers.networking import ContainerNetworking
 from svc.engine.containers.ops import ContainerOps
+from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.restore import ContainerRestore
 from svc.engine.containers.run import Runner, RunnerDeps
 from svc.engine.containers.state import State, require
@@ -62,18 +62,58 @@ COLLECTION = "containers"
 RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
 
 
-class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, ContainerOps):
+class ContainerService:
+    """The containers and every verb on them. Composed of collaborators, each given in its
+    constructor exactly what it uses: the registry of containers and names, the runner (launch,
+    supervision, teardown), files, exec, stats, networking, volumes, restore and the other
+    operations (update, top, resize, commit)."""
+
     def __init__(self, root: Path, deps: RunnerDeps, knobs: Knobs | None) -> None:
         self.dir = root / "containers"
         self.deps = deps
         self.knobs = knobs
+        self.registry = ContainerRegistry()
         self.runner = Runner(deps)
         self.fs = ContainerFS(self.runner, deps.images)
         self.execs = ExecService(self.runner)
         self.stats = StatsService(self.runner)
-        self.containers: dict[str, Container] = {}
-        self.names: dict[str, str] = {}  # "/name" -> id
-        self._names_lock = trio.Lock()
+        self.networking = ContainerNetworking(deps.networks, deps.save)
+        self.volumes = ContainerVolumes(deps.volumes, self.registry)
+        self.ops = ContainerOps(deps.runtime, deps.cgroups, deps.images, self.runner, self.fs,
+                                knobs, deps.save)
+        self.restorer = ContainerRestore(self.registry, deps.runtime, self.runner, self.dir,
+                                         deps.save, self._finish_remove)
+
+    @property
+    def containers(self) -> dict[str, Container]:
+        return self.registry.containers
+
+    @property
+    def names(self) -> dict[str, str]:
+        return self.registry.names
+
+    # -- what the collaborators do, as the api and the engine call it -----------------------
+
+    def resolve(self, ref: str) -> Container:
+        return self.registry.resolve(ref)
+
+    async def restore(self, nursery: trio.Nursery) -> None:
+        await self.restorer.restore(nursery)
+
+    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
+        await self.networking.connect(c, ref, cfg)
+
+    async def disconnect(self, c: Container, ref: str) -> None:
+        await self.networking.disconnect(c, ref)
+
+    async def remove_link(self, c: Container, alias: str) -> None:
+        await self.networking.remove_link(c, alias)
+
+    def network_names(self, c: Container) -> set[str]:
+        return self.networking.network_names(c)
+
+    def volume_users(self, name: str) -> list[str]:
+        return self.volumes.users(name)
 
     # -- loading (restoring after a restart: restore.py) ----------------------
 
@@ -103,37 +143,6 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             log.warning("removing %s: a container directory without a record", path)
             remove_tree(path, ignore_errors=True)
 
-    # -- names ------------------------------------------------------------------------------
-
-    def resolve(self, ref: str) -> Container:
-        """By full id, name (with or without "/") or unique id prefix; 404 / 400 ambiguous."""
-        if not ref:
-            raise NotFound("No such container: ")
-        c = self.containers.get(ref)
-        if c is not None:
-            return c
-        by_name = self.names.get("/" + ref.lstrip("/"))
-        if by_name is not None:
-            return self.containers[by_name]
-        matches = [c for cid, c in self.containers.items() if cid.startswith(ref)]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise InvalidParameter(f"multiple IDs found with provided prefix: {ref}")
-        raise NotFound(f"No such container: {ref}")
-
-    def _name_taken(self, name: str) -> Conflict:
-        return Conflict(f'Conflict. The name "{name}" is already in use by container '
-                        f"{self.names[name]}. You have to remove (or rename) that container to "
-                        "be able to reuse that name.")
-
-    def _new_name(self) -> str:
-        for attempt in range(10):
-            name = "/" + namegen.generate(attempt)
-            if name not in self.names:
-                return name
-        return "/" + new_id()[:12]
-
     def _image_use(self, image_id: str) -> tuple[str, bool] | None:
         found: tuple[str, bool] | None = None
         for c in self.containers.values():
@@ -159,10 +168,10 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
         check_binds(hc)
         check_extra_hosts(list(hc.ExtraHosts or []))
         check_dns(list(hc.Dns or []))
-        volumes_from = self._volumes_from(hc)
+        volumes_from = self.volumes.volumes_from(hc)
         if hc.NetworkMode.startswith("container:"):
             self.resolve(hc.NetworkMode.partition(":")[2])
-        net_config = self._net_config(hc.NetworkMode, body)
+        net_config = self.networking.net_config(hc.NetworkMode, body)
         for entry in hc.Links or []:
             target, _ = parse_link(entry)
             try:
@@ -187,20 +196,20 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
         config, path, args = merge_config(body, image.container_config, cid)
         hc_record = host_config_record(hc)
         port_bindings(hc_record, config)  # 400s before anything is made
-        async with self._names_lock:
+        async with self.registry.names_lock:
             if name:
                 full = check_name(name)
                 if full in self.names:
-                    raise self._name_taken(full)
+                    raise self.registry.name_taken(full)
             else:
-                full = self._new_name()
+                full = self.registry.new_name()
             c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
                           config=config, host_config=hc_record, net_config=net_config,
                           image_id=image.id, warnings=warnings, dir=self.dir / cid)
             self.names[full] = cid
             self.containers[cid] = c
         try:
-            c.mounts = await self._make_mounts(hc, config.get("Volumes"), volumes_from, [])
+            c.mounts = await self.volumes.make_mounts(hc, config.get("Volumes"), volumes_from, [])
             await trio.to_thread.run_sync(os.mkdir, c.dir, 0o710)
             await self.deps.save(c)
         except BaseException:
@@ -208,7 +217,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             self.containers.pop(cid, None)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(partial(remove_tree, c.dir, ignore_errors=True))
-                await self._drop_anonymous(c)
+                await self.volumes.drop_anonymous(c)
             raise
         self.runner.event(c, "create")
         return c
@@ -334,13 +343,13 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
         if not new:
             raise InvalidParameter("Neither old nor new names may be empty")
         full = check_name(new)
-        async with self._names_lock:
+        async with self.registry.names_lock:
             require(c.state.status, "rename", c.id)
             if full == c.name:
                 raise Conflict(f"Renaming a container with the same name as its current name "
                                f"({full}) is not allowed")
             if full in self.names:
-                raise self._name_taken(full)
+                raise self.registry.name_taken(full)
             old = c.name
             c.name = full
             self.names[full] = c.id
@@ -378,7 +387,7 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             await self._finish_remove(c, teardown=traces)
             if volumes:
                 with trio.CancelScope(shield=True):
-                    await self._drop_anonymous(c)
+                    await self.volumes.drop_anonymous(c)
         if announce:
             self.removed(c)
 
@@ -463,13 +472,13 @@ class ContainerService(ContainerNetworking, ContainerVolumes, ContainerRestore, 
             return
         c.warnings = check_host_config(hc, self.knobs)
         check_binds(hc)
-        volumes_from = self._volumes_from(hc)
+        volumes_from = self.volumes.volumes_from(hc)
         before = c.mounts
-        c.mounts = await self._make_mounts(hc, c.config.get("Volumes"), volumes_from, before)
+        c.mounts = await self.volumes.make_mounts(hc, c.config.get("Volumes"), volumes_from, before)
         c.host_config = host_config_record(hc)
         await self.deps.save(c)
         kept = {m["Name"] for m in c.mounts}
-        await self._drop_anonymous(c, [m for m in before if m["Name"] not in kept])
+        await self.volumes.drop_anonymous(c, [m for m in before if m["Name"] not in kept])
 
     # -- queries ----------------------------------------------------------------------------
 

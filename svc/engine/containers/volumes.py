@@ -8,31 +8,33 @@ from typing import Any
 
 from svc.engine.containers.container import Container
 from svc.engine.containers.mounts import MountPoint, parse_volumes_from, plan, volume_options
-from svc.engine.containers.run import RunnerDeps
+from svc.engine.containers.registry import ContainerRegistry
+from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.containers import HostConfigBody
 
 
 class ContainerVolumes:
-    """Mixed into ``ContainerService``: needs its ``deps`` and ``containers``."""
+    """The containers service's volume side: it needs the volumes and the known containers."""
 
-    deps: RunnerDeps
-    containers: dict[str, Container]
+    def __init__(self, volumes: VolumeService, registry: ContainerRegistry) -> None:
+        self.volumes = volumes
+        self.registry = registry
 
-    def _volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
+    def volumes_from(self, hc: HostConfigBody) -> list[tuple[list[MountPoint], str]]:
         out = []
         for entry in hc.VolumesFrom or []:
             ref, mode = parse_volumes_from(entry)
-            out.append((self.deps.resolve(ref).mounts, mode))
+            out.append((self.registry.resolve(ref).mounts, mode))
         return out
 
-    async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
+    async def make_mounts(self, hc: HostConfigBody, volumes: Any,
                            volumes_from: list[tuple[list[MountPoint], str]],
                            before: list[MountPoint]) -> list[MountPoint]:
         """Plan the mount points and make the volumes they name (anonymous ones too; those
         made before for the same destination are reused). Cancellation: a volume already made
         stays (a dangling one, if the create fails)."""
-        vols = self.deps.volumes
+        vols = self.volumes
         points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
                       lambda name: str(vols.path(name)))
         reuse = {m["Destination"]: m for m in before if m.get("Anonymous")}
@@ -50,18 +52,18 @@ class ContainerVolumes:
             m["Name"], m["Source"] = v.name, str(v.mountpoint)
         return points
 
-    async def _drop_anonymous(self, c: Container,
+    async def drop_anonymous(self, c: Container,
                               mounts: list[MountPoint] | None = None) -> None:
         """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
         container refers to (``rm -v``)."""
         for m in c.mounts if mounts is None else mounts:
-            if m.get("Anonymous") and m["Name"] in self.deps.volumes.volumes:
-                others = [r for r in self.volume_users(m["Name"]) if r != c.id]
+            if m.get("Anonymous") and m["Name"] in self.volumes.volumes:
+                others = [r for r in self.users(m["Name"]) if r != c.id]
                 if not others:
                     with contextlib.suppress(SvcError):
-                        await self.deps.volumes.remove(m["Name"])
+                        await self.volumes.remove(m["Name"])
 
-    def volume_users(self, name: str) -> list[str]:
+    def users(self, name: str) -> list[str]:
         """The containers (any state) whose mount points name volume ``name``."""
-        return [c.id for c in self.containers.values()
+        return [c.id for c in self.registry.all()
                 if any(m.get("Name") == name for m in c.mounts)]
