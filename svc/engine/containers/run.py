@@ -28,7 +28,7 @@ from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
 from svc.engine.containers.state import State
-from svc.engine.containers.supervise import Supervision
+from svc.engine.containers.supervise import Supervisor
 from svc.engine.containers.userdb import resolve_user
 from svc.engine.events import EventBus
 from svc.engine.images.service import ImageService
@@ -83,10 +83,13 @@ class RunnerDeps:
     launches: Launches  # launches in flight, which the orphan reaper waits out
 
 
-class Runner(Supervision):
+class Runner:
     def __init__(self, deps: RunnerDeps) -> None:
         self.d = deps
         self._nursery: trio.Nursery | None = None
+        self.supervisor = Supervisor(deps.runtime, deps.cgroups, deps.save, deps.auto_remove,
+                                     event=self.event, cgroup_of=self.cgroup_of,
+                                     teardown=self.teardown, launch=self.launch)
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -153,7 +156,7 @@ class Runner(Supervision):
         except (SvcError, OSError) as exc:
             await self._record_failure(c, 128, str(exc))
             raise
-        await self._nursery.start(self._supervise, c, live, pipes)
+        await self._nursery.start(self.supervisor.supervise, c, live, pipes)
         try:
             await self.d.runtime.start(c.id)
         except RuntimeFailure as exc:

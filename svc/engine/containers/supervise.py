@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -21,14 +21,12 @@ from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
 from svc.engine.containers.state import State
 from svc.errors import SvcError
+from svc.runtime.cgroups import CgroupV1
 from svc.runtime.process import ContainerPipes, wait_pid
-from svc.runtime.protocol import RuntimeFailure
+from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.jsonlog.options import parse_log_opts
 from svc.storage.jsonlog.writer import JsonLogWriter
 from svc.wire.stdcopy import STDERR, STDOUT
-
-if TYPE_CHECKING:
-    from svc.engine.containers.run import RunnerDeps
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -37,17 +35,28 @@ RESTART_DELAY = 0.1
 RESTART_DELAY_MAX = 60.0
 
 
-class Supervision:
-    """Mixed into ``Runner``: needs its ``d``, ``event``, ``cgroup_of``, ``teardown`` and
-    ``launch``."""
+Save = Callable[[Container], Awaitable[None]]
 
-    d: RunnerDeps
-    event: Callable[..., None]
-    cgroup_of: Callable[[Container], str]
-    teardown: Callable[[Container], Awaitable[None]]
-    launch: Callable[[Container], Awaitable[None]]
 
-    async def _supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
+class Supervisor:
+    """Supervises the runner's containers. Constructed with what it uses: the runtime (to kill
+    what nobody supervises any more), the cgroups (OOM), a way to save a record and to remove
+    an ``AutoRemove`` container, and the runner's own steps (events, cgroup paths, teardown,
+    launch for a restart)."""
+
+    def __init__(self, runtime: Runtime, cgroups: CgroupV1, save: Save, auto_remove: Save, *,
+                 event: Callable[..., None], cgroup_of: Callable[[Container], str],
+                 teardown: Save, launch: Save) -> None:
+        self.runtime = runtime
+        self.cgroups = cgroups
+        self.save = save
+        self.auto_remove = auto_remove
+        self.event = event
+        self.cgroup_of = cgroup_of
+        self.teardown = teardown
+        self.launch = launch
+
+    async def supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the process until it exits, then record the exit and apply the restart policy.
 
@@ -76,7 +85,7 @@ class Supervision:
             with trio.CancelScope(shield=True):
                 if code < 0:  # cancelled: kill what no one supervises any more
                     with contextlib.suppress(RuntimeFailure):
-                        await self.d.runtime.kill(c.id, signal.SIGKILL)
+                        await self.runtime.kill(c.id, signal.SIGKILL)
                     with trio.move_on_after(5):
                         code = await wait_pid(live.pid)
                 if writer is not None:
@@ -93,7 +102,7 @@ class Supervision:
                 await self._exited(c, code, oom)
                 live.exited.set()
         if c.host_config.get("AutoRemove"):
-            await self.d.auto_remove(c)
+            await self.auto_remove(c)
             return
         if live.start_failure is None:  # a start that failed is the caller's error, no restart
             await self._maybe_restart(c, code)
@@ -119,7 +128,7 @@ class Supervision:
     def _oom_killed(self, c: Container) -> bool:
         """Whether the kernel's OOM killer acted in the container's memory cgroup."""
         try:
-            text = self.d.cgroups.read("memory", self.cgroup_of(c), "memory.oom_control")
+            text = self.cgroups.read("memory", self.cgroup_of(c), "memory.oom_control")
         except OSError:
             return False
         for line in text.splitlines():
@@ -133,7 +142,7 @@ class Supervision:
         st = c.state
         st.status, st.pid, st.exit_code, st.finished_ns = State.EXITED, 0, code, now_ns()
         st.oom_killed = oom
-        await self.d.save(c)
+        await self.save(c)
         c.exits, c.last_exit_code = c.exits + 1, code
         if oom:
             self.event(c, "oom")
@@ -158,7 +167,7 @@ class Supervision:
             return
         delay = min(RESTART_DELAY * (2 ** c.restart_count), RESTART_DELAY_MAX)
         c.state.status = State.RESTARTING
-        await self.d.save(c)
+        await self.save(c)
         c.notify()
         with trio.CancelScope() as scope:
             c.restart_scope = scope
@@ -168,7 +177,7 @@ class Supervision:
             if scope.cancelled_caught or not self.wants_restart(c, code):
                 if c.state.status is State.RESTARTING:
                     c.state.status = State.EXITED
-                    await self.d.save(c)
+                    await self.save(c)
                     c.notify()
                 return
             c.restart_count += 1
@@ -177,7 +186,7 @@ class Supervision:
             except (SvcError, OSError) as exc:
                 log.error("restarting container %s failed: %s", c.short_id, exc)
                 c.state.status = State.EXITED
-                await self.d.save(c)
+                await self.save(c)
                 c.notify()
                 return
             self.event(c, "restart")
