@@ -26,6 +26,7 @@ import trio
 
 from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
+from svc.engine.containers.rootfs import image_dir, make_init_layer, unmount_quietly
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
 from svc.engine.containers.state import State
 from svc.engine.containers.supervise import Supervisor
@@ -38,12 +39,12 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.mounts import mount_overlay, unmount
+from svc.runtime.mounts import mount_overlay
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
 from svc.storage.fsutil import remove_tree
-from svc.storage.securejoin import mkdir_all, secure_join
+from svc.storage.securejoin import mkdir_all
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -325,7 +326,7 @@ class Runner:
                                        str(m.get("Propagation") or ""))
             if m.get("CopyData"):
                 source = await trio.to_thread.run_sync(
-                    _image_dir, c.rootfs, str(m["Destination"]))
+                    image_dir, c.rootfs, str(m["Destination"]))
                 if source is not None:
                     await self.d.volumes.fill(m["Name"], source)
 
@@ -355,7 +356,7 @@ class Runner:
         async with c.mount_lock:
             if unless_used and (c.fs_users or c.live is not None):
                 return
-            await trio.to_thread.run_sync(_unmount_quietly, c.rootfs)
+            await trio.to_thread.run_sync(unmount_quietly, c.rootfs)
 
     async def leaves_traces(self, c: Container) -> bool:
         """Whether ``c`` has anything outside its directory and its record that a removal
@@ -382,12 +383,6 @@ class Runner:
         remove_tree(self.bundle_dir(c), ignore_errors=True)
         remove_tree(c.dir, ignore_errors=True)
 
-# Mount points runc needs, present in a lower layer so that they never show up in the
-# container's changes, export or commit (moby's "-init" layer).
-INIT_DIRS = ("dev", "dev/pts", "dev/shm", "dev/mqueue", "proc", "sys", "etc")
-INIT_FILES = ("etc/hosts", "etc/hostname", "etc/resolv.conf", "dev/console", ".dockerenv")
-
-
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (exists and is not a zombie)."""
     try:
@@ -395,32 +390,3 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(b")")[2].split()[0] != b"Z"
     except (OSError, IndexError):
         return False
-
-
-def make_init_layer(path: Path) -> None:
-    """Blocking; idempotent (a marker beside the layer says it is complete)."""
-    done = path.with_name(path.name + ".done")
-    if done.exists():
-        return
-    for d in INIT_DIRS:
-        (path / d).mkdir(parents=True, exist_ok=True, mode=0o755)
-    for f in INIT_FILES:
-        (path / f).touch(mode=0o644 if not f.startswith("dev/") else 0o600)
-    done.touch()
-
-
-def _image_dir(rootfs: Path, destination: str) -> Path | None:
-    """The directory at ``destination`` inside ``rootfs`` (symlinks resolved inside it), or
-    None when there is none to copy from."""
-    try:
-        path = secure_join(rootfs, destination)
-    except (OSError, SvcError):
-        return None
-    return path if path.is_dir() and not path.is_symlink() else None
-
-
-def _unmount_quietly(path: Path) -> None:
-    try:
-        unmount(path)
-    except OSError as exc:
-        log.warning("unmounting %s: %s", path, exc)

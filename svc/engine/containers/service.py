@@ -8,7 +8,6 @@ container's ``changed`` event, never on the process itself.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -26,17 +25,15 @@ from svc.engine.containers.config import (
     check_name,
     host_config_record,
     merge_config,
-    stop_signal,
 )
 from svc.engine.containers.container import Container, new_id, now_ns
 from svc.engine.containers.exec import ExecService
 from svc.engine.containers.files import check_dns, check_extra_hosts
 from svc.engine.containers.fs import ContainerFS
+from svc.engine.containers.lifecycle import RUNNING_STATES, Lifecycle
 from svc.engine.containers.links import parse_link
 from svc.engine.containers.logs import log_stream
-from svc.engine.containers.mounts import (
-    check_binds,
-)
+from svc.engine.containers.mounts import check_binds
 from svc.engine.containers.networking import ContainerNetworking
 from svc.engine.containers.ops import ContainerOps
 from svc.engine.containers.registry import ContainerRegistry
@@ -50,8 +47,6 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, HostConfigBody
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import Knobs
-from svc.runtime.process import signal_number
-from svc.runtime.protocol import RuntimeFailure
 from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.engine.containers")
@@ -59,7 +54,6 @@ log = logging.getLogger("svc.engine.containers")
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 COLLECTION = "containers"
-RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
 
 
 class ContainerService:
@@ -81,6 +75,7 @@ class ContainerService:
         self.volumes = ContainerVolumes(deps.volumes, self.registry)
         self.ops = ContainerOps(deps.runtime, deps.cgroups, deps.images, self.runner, self.fs,
                                 knobs, deps.save)
+        self.lifecycle = Lifecycle(deps.runtime, self.runner, deps.save)
         self.restorer = ContainerRestore(self.registry, deps.runtime, self.runner, self.dir,
                                          deps.save, self._finish_remove)
 
@@ -225,119 +220,25 @@ class ContainerService:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self, c: Container) -> None:
-        async with c.lock:
-            require(c.state.status, "start", c.id)
-            c.manually_stopped = False
-            await self.runner.launch(c)
+        await self.lifecycle.start(c)
 
     async def wait_exit(self, c: Container, after: int | None = None) -> int:
-        """Block until ``c``'s next exit (the first after exit number ``after``, by default
-        the current count), or until it is neither running, paused nor restarting; that
-        exit's code. As with dockerd, a restart policy does not make ``wait`` wait for a
-        stop for good (forever with ``always``): it returns at each exit."""
-        seen = c.exits if after is None else after
-        while True:
-            changed = c.changed
-            if c.exits != seen:
-                return c.last_exit_code
-            if c.state.status not in RUNNING_STATES and c.live is None:
-                return c.state.exit_code
-            await changed.wait()
-
-    async def _wait_live_exit(self, c: Container, timeout: float | None) -> bool:
-        """Wait for the current process to exit; False on timeout."""
-        live = c.live
-        if live is None:
-            return True
-        with trio.move_on_after(timeout if timeout is not None else float("inf")):
-            await live.exited.wait()
-            return True
-        return False
+        return await self.lifecycle.wait_exit(c, after)
 
     async def stop(self, c: Container, timeout: int | None) -> None:
-        async with c.lock:
-            require(c.state.status, "stop", c.id)
-            await self._stop_locked(c, 10 if timeout is None else timeout)
-        self.runner.event(c, "stop")
-
-    async def _stop_locked(self, c: Container, timeout: float) -> None:
-        c.manually_stopped = True
-        await self.deps.save(c)
-        if c.state.status is State.RESTARTING:
-            if c.restart_scope is not None:
-                c.restart_scope.cancel()
-            return
-        sig = stop_signal(c.config)
-        await self._signal(c, sig)
-        if not await self._wait_live_exit(c, timeout):
-            await self._signal(c, signal.SIGKILL)
-            await self._wait_live_exit(c, None)
-
-    async def _signal(self, c: Container, sig: int) -> None:
-        """Send ``sig`` to the init; a paused container is thawed so that it can act on it."""
-        if c.live is None:
-            return
-        with contextlib.suppress(RuntimeFailure):
-            await self.deps.runtime.kill(c.id, sig)
-        if c.state.status is State.PAUSED:
-            with contextlib.suppress(RuntimeFailure):
-                await self.deps.runtime.resume(c.id)
-            c.state.status = State.RUNNING
+        await self.lifecycle.stop(c, timeout)
 
     async def restart(self, c: Container, timeout: int | None) -> None:
-        async with c.lock:
-            require(c.state.status, "restart", c.id)
-            if c.state.status in RUNNING_STATES:
-                await self._stop_locked(c, 10 if timeout is None else timeout)
-            c.manually_stopped = False
-            await self.runner.launch(c)
-        self.runner.event(c, "restart")
+        await self.lifecycle.restart(c, timeout)
 
     async def kill(self, c: Container, sig_text: str | None) -> None:
-        try:
-            sig = signal_number(sig_text) if sig_text else int(signal.SIGKILL)
-        except ValueError:
-            raise InvalidParameter(f"Invalid signal: {sig_text}") from None
-        async with c.lock:
-            require(c.state.status, "kill", c.id)
-            if c.state.status is State.RESTARTING:
-                c.manually_stopped = True
-                if c.restart_scope is not None:
-                    c.restart_scope.cancel()
-                return
-            c.manually_stopped = True
-            with contextlib.suppress(RuntimeFailure):
-                await self.deps.runtime.kill(c.id, sig)
-            self.runner.event(c, "kill", signal=str(sig))
-            if sig == signal.SIGKILL:
-                if c.state.status is State.PAUSED:
-                    with contextlib.suppress(RuntimeFailure):
-                        await self.deps.runtime.resume(c.id)
-                await self._wait_live_exit(c, None)
+        await self.lifecycle.kill(c, sig_text)
 
     async def pause(self, c: Container) -> None:
-        await self._freeze(c, "pause")
+        await self.lifecycle.pause(c)
 
     async def unpause(self, c: Container) -> None:
-        await self._freeze(c, "unpause")
-
-    async def _freeze(self, c: Container, verb: str) -> None:
-        """pause / unpause through the runtime (the freezer cgroup)."""
-        async with c.lock:
-            require(c.state.status, verb, c.id)
-            try:
-                if verb == "pause":
-                    await self.deps.runtime.pause(c.id)
-                else:
-                    await self.deps.runtime.resume(c.id)
-            except RuntimeFailure:
-                if await self.runner.settle_exit(c):  # it exited meanwhile: not running
-                    require(c.state.status, verb, c.id)
-                raise
-            c.state.status = State.PAUSED if verb == "pause" else State.RUNNING
-            await self.deps.save(c)
-            c.notify()
-        self.runner.event(c, verb)
+        await self.lifecycle.unpause(c)
 
     async def rename(self, c: Container, new: str) -> None:
         if not new:
@@ -376,8 +277,8 @@ class ContainerService:
                 c.manually_stopped = True
                 if c.restart_scope is not None:
                     c.restart_scope.cancel()
-                await self._signal(c, signal.SIGKILL)
-                await self._wait_live_exit(c, None)
+                await self.lifecycle.send_signal(c, signal.SIGKILL)
+                await self.lifecycle.wait_live_exit(c, None)
             c.state.status = State.REMOVING
             with trio.CancelScope(shield=True):
                 traces = await self.runner.leaves_traces(c)
@@ -421,7 +322,7 @@ class ContainerService:
                 async with c.lock:
                     if c.state.status in RUNNING_STATES:
                         was_manual = c.manually_stopped
-                        await self._stop_locked(c, timeout)
+                        await self.lifecycle.stop_locked(c, timeout)
                         c.manually_stopped = was_manual  # a shutdown is not a user's stop
                         await self.deps.save(c)
             except Exception:  # the others are still stopped; the next start cleans up

@@ -1,0 +1,147 @@
+"""The lifecycle verbs of a container: start, wait, stop, restart, kill, pause and unpause,
+each under the container's lock with dockerd's rules from the state table. A verb that waits
+for an exit waits on the container's ``changed`` event, never on the process itself."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from svc.engine.containers.config import stop_signal
+from svc.engine.containers.container import Container
+from svc.engine.containers.run import Runner
+from svc.engine.containers.state import State, require
+from svc.errors import InvalidParameter
+from svc.runtime.process import signal_number
+from svc.runtime.protocol import Runtime, RuntimeFailure
+
+RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
+
+
+class Lifecycle:
+    """Constructed with what the verbs use: the runtime (signals, pause), the runner
+    (launch, events, settling an exit) and a way to save a record."""
+
+    def __init__(self, runtime: Runtime, runner: Runner,
+                 save: Callable[[Container], Awaitable[None]]) -> None:
+        self.runtime = runtime
+        self.runner = runner
+        self.save = save
+
+    async def start(self, c: Container) -> None:
+        async with c.lock:
+            require(c.state.status, "start", c.id)
+            c.manually_stopped = False
+            await self.runner.launch(c)
+
+    async def wait_exit(self, c: Container, after: int | None = None) -> int:
+        """Block until ``c``'s next exit (the first after exit number ``after``, by default
+        the current count), or until it is neither running, paused nor restarting; that
+        exit's code. As with dockerd, a restart policy does not make ``wait`` wait for a
+        stop for good (forever with ``always``): it returns at each exit."""
+        seen = c.exits if after is None else after
+        while True:
+            changed = c.changed
+            if c.exits != seen:
+                return c.last_exit_code
+            if c.state.status not in RUNNING_STATES and c.live is None:
+                return c.state.exit_code
+            await changed.wait()
+
+    async def wait_live_exit(self, c: Container, timeout: float | None) -> bool:
+        """Wait for the current process to exit; False on timeout."""
+        live = c.live
+        if live is None:
+            return True
+        with trio.move_on_after(timeout if timeout is not None else float("inf")):
+            await live.exited.wait()
+            return True
+        return False
+
+    async def stop(self, c: Container, timeout: int | None) -> None:
+        async with c.lock:
+            require(c.state.status, "stop", c.id)
+            await self.stop_locked(c, 10 if timeout is None else timeout)
+        self.runner.event(c, "stop")
+
+    async def stop_locked(self, c: Container, timeout: float) -> None:
+        c.manually_stopped = True
+        await self.save(c)
+        if c.state.status is State.RESTARTING:
+            if c.restart_scope is not None:
+                c.restart_scope.cancel()
+            return
+        sig = stop_signal(c.config)
+        await self.send_signal(c, sig)
+        if not await self.wait_live_exit(c, timeout):
+            await self.send_signal(c, signal.SIGKILL)
+            await self.wait_live_exit(c, None)
+
+    async def send_signal(self, c: Container, sig: int) -> None:
+        """Send ``sig`` to the init; a paused container is thawed so that it can act on it."""
+        if c.live is None:
+            return
+        with contextlib.suppress(RuntimeFailure):
+            await self.runtime.kill(c.id, sig)
+        if c.state.status is State.PAUSED:
+            with contextlib.suppress(RuntimeFailure):
+                await self.runtime.resume(c.id)
+            c.state.status = State.RUNNING
+
+    async def restart(self, c: Container, timeout: int | None) -> None:
+        async with c.lock:
+            require(c.state.status, "restart", c.id)
+            if c.state.status in RUNNING_STATES:
+                await self.stop_locked(c, 10 if timeout is None else timeout)
+            c.manually_stopped = False
+            await self.runner.launch(c)
+        self.runner.event(c, "restart")
+
+    async def kill(self, c: Container, sig_text: str | None) -> None:
+        try:
+            sig = signal_number(sig_text) if sig_text else int(signal.SIGKILL)
+        except ValueError:
+            raise InvalidParameter(f"Invalid signal: {sig_text}") from None
+        async with c.lock:
+            require(c.state.status, "kill", c.id)
+            if c.state.status is State.RESTARTING:
+                c.manually_stopped = True
+                if c.restart_scope is not None:
+                    c.restart_scope.cancel()
+                return
+            c.manually_stopped = True
+            with contextlib.suppress(RuntimeFailure):
+                await self.runtime.kill(c.id, sig)
+            self.runner.event(c, "kill", signal=str(sig))
+            if sig == signal.SIGKILL:
+                if c.state.status is State.PAUSED:
+                    with contextlib.suppress(RuntimeFailure):
+                        await self.runtime.resume(c.id)
+                await self.wait_live_exit(c, None)
+
+    async def pause(self, c: Container) -> None:
+        await self._freeze(c, "pause")
+
+    async def unpause(self, c: Container) -> None:
+        await self._freeze(c, "unpause")
+
+    async def _freeze(self, c: Container, verb: str) -> None:
+        """pause / unpause through the runtime (the freezer cgroup)."""
+        async with c.lock:
+            require(c.state.status, verb, c.id)
+            try:
+                if verb == "pause":
+                    await self.runtime.pause(c.id)
+                else:
+                    await self.runtime.resume(c.id)
+            except RuntimeFailure:
+                if await self.runner.settle_exit(c):  # it exited meanwhile: not running
+                    require(c.state.status, verb, c.id)
+                raise
+            c.state.status = State.PAUSED if verb == "pause" else State.RUNNING
+            await self.save(c)
+            c.notify()
+        self.runner.event(c, verb)
