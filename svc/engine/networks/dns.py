@@ -20,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from svc.engine.networks.ipam import EndpointInfo, Network
 from svc.network.dns import udp_socket_in
 from svc.wire import dns as wire
 
@@ -107,3 +108,23 @@ async def forward(msg: bytes, servers: list[str]) -> bytes | None:
             except OSError as exc:
                 log.debug("DNS upstream %s: %s", server, exc)
     return None
+
+
+def lookup(mine: list[tuple[Network, EndpointInfo]], name: str) -> list[str] | None:
+    """Addresses, on the user networks of the asking container (``mine``: its networks and
+    its endpoint on each), of the containers called ``name``: their name, an alias or their
+    short id, or a link's alias of the asking container's own endpoint."""
+    found = []
+    for net, own in mine:
+        if net.builtin:
+            continue
+        for entry in own.links:  # a link's alias, seen by the linking container only
+            target, _, alias = entry.partition(":")
+            if name == (alias or target).lstrip("/").lower():
+                name = target.lstrip("/").lower()
+        for other, info in net.endpoints.items():
+            names = {info.container.lstrip("/").lower(), other[:12],
+                     *(a.lower() for a in info.aliases)}
+            if info.attached and name in names:
+                found.append(info.endpoint.address)
+    return found or None

@@ -6,6 +6,7 @@ overlap or an exhausted pool."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,3 +192,28 @@ def plan_ipam(subnet: str, ip_range: str, gateway: str,
     if gw not in net or gw in (net.network_address, net.broadcast_address):
         raise InvalidParameter(f"invalid Gateway {gw}: not a host address of {net}")
     return str(net), str(gw), str(rng) if rng else ""
+
+
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+NAME_MAX = 255
+BRIDGE_NAME = "com.docker.network.bridge.name"
+IFNAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
+
+
+def check_network_name(name: str) -> None:
+    if not name:
+        raise InvalidParameter("Name is required: the network's name")
+    if len(name) > NAME_MAX or not NAME_RE.match(name):
+        shown = name[:64] + ("..." if len(name) > 64 else "")
+        raise InvalidParameter(f"invalid network name {shown!r}: up to {NAME_MAX} characters "
+                               "from [a-zA-Z0-9_.-], starting with a letter or digit")
+
+
+def bridge_name_option(options: dict[str, str] | None) -> str:
+    """The interface name the ``com.docker.network.bridge.name`` option asks for ("" if
+    none), checked as an interface name."""
+    name = str((options or {}).get(BRIDGE_NAME) or "")
+    if name and (not IFNAME_RE.match(name) or name in (".", "..")):
+        raise InvalidParameter(f"invalid {BRIDGE_NAME} {name[:32]!r}: an interface name of 1 "
+                               "to 15 characters from [a-zA-Z0-9_.-]")
+    return name

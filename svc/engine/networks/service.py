@@ -1,28 +1,11 @@
 """Networks: the built-in ``bridge``, ``host`` and ``none``, user bridge networks, and wiring
-containers into them.
+containers into them (see docs/architecture.md, "Networks and ports").
 
-Every bridge network is a Linux bridge holding its gateway address: the default one is
-``--bridge`` (``svc0``) with ``--bip`` (``172.17.0.1/16``); a user network's is
-``br-<id[:12]>`` with its IPAM subnet (given, or the first free pool of dockerd's defaults,
-172.18-31.0.0/16 then 192.168.0.0/16 in /20s, that no network and no host interface uses). A
-container on a network gets, between ``runc create`` and ``runc start``, an address (static
-from its endpoint config, else the lowest free one in the network's IPRange or subnet; kept
-while it runs) and a veth pair whose container end is ``eth0``, ``eth1``... in its network
-namespace with dockerd's MAC (``02:42`` + the address); its first network gives the default
-route (unless it is internal: no way out). The first address is reserved before /etc/hosts is
-written, so the file names it. At teardown the veth pairs are deleted and the addresses freed;
-a crash leaves nothing, as a namespace's veths die with it.
-
-iptables, as dockerd: each non-internal network masquerades its subnet's outbound traffic and
-is forwarded; an internal one is cut off from everything but itself; traffic between two of
-our bridges is dropped (isolation, two rules per network). Every rule is marked as this
-daemon's (``svc.network.firewall``) and changed in one batch per operation. IPv4 forwarding is
-turned on at start. The rules go at shutdown or when the network is removed.
-
-Crashes: every bridge carries an ifalias naming the daemon and its network, so a start
-deletes the bridges no record names (a create cut off by SIGKILL) and reconciles the rules:
-a network's missing rules come back, the rules of networks and published ports that are gone
-are removed.
+Every bridge network is a Linux bridge holding its gateway address; a container gets, between
+``runc create`` and ``runc start``, an address on each of its networks and a veth pair whose
+container end is ``eth0``, ``eth1``..., the first giving the default route. iptables rules are
+the daemon's own (``svc.network.firewall``), changed in one batch per operation. A start
+reconciles bridges, veths and rules with the records (what a crash left goes).
 
 Events: network create, connect, disconnect, destroy.
 """
@@ -31,7 +14,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -39,52 +21,30 @@ from typing import Any
 import trio
 
 from svc.engine.events import EventBus
-from svc.engine.networks.dns import EmbeddedDNS
+from svc.engine.networks.dns import EmbeddedDNS, lookup
 from svc.engine.networks.ipam import (
     EndpointInfo,
     Network,
+    bridge_name_option,
     check_aux,
     check_bip,
+    check_network_name,
     free_address,
     pick_address6,
     plan_ipam,
     plan_ipam6,
     ula_subnet,
 )
+from svc.engine.networks.publish import PortPublisher
 from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
 from svc.network import netrules
 from svc.network.firewall import Firewall, FirewallError, Rule, owner_of
-from svc.network.proxy import Binding, PortInUse, PortProxy
+from svc.network.proxy import Binding
 
 log = logging.getLogger("svc.networks")
 
 BUILTIN = (("bridge", "bridge"), ("host", "host"), ("none", "null"))
-NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
-NAME_MAX = 255
-BRIDGE_NAME = "com.docker.network.bridge.name"
-IFNAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
-
-
-def check_network_name(name: str) -> None:
-    if not name:
-        raise InvalidParameter("Name is required: the network's name")
-    if len(name) > NAME_MAX or not NAME_RE.match(name):
-        shown = name[:64] + ("..." if len(name) > 64 else "")
-        raise InvalidParameter(f"invalid network name {shown!r}: up to {NAME_MAX} characters "
-                               "from [a-zA-Z0-9_.-], starting with a letter or digit")
-
-
-def bridge_name_option(options: dict[str, str] | None) -> str:
-    """The interface name the ``com.docker.network.bridge.name`` option asks for ("" if
-    none), checked as an interface name."""
-    name = str((options or {}).get(BRIDGE_NAME) or "")
-    if name and (not IFNAME_RE.match(name) or name in (".", "..")):
-        raise InvalidParameter(f"invalid {BRIDGE_NAME} {name[:32]!r}: an interface name of 1 "
-                               "to 15 characters from [a-zA-Z0-9_.-]")
-    return name
-
-
 class NetworkService:
     def __init__(self, events: EventBus, bridge_name: str, bip: str,
                  dns: list[str] | None = None) -> None:
@@ -98,30 +58,14 @@ class NetworkService:
         self.delete: Callable[[str], Awaitable[object]] = _unset
         self._forwarding_turned_on = False
         self._ready = False
-        self._proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
-        self._proxy_nets: dict[str, tuple[Network, EndpointInfo]] = {}
+        self.ports = PortPublisher(lambda: self.firewall)
         self._lock = trio.Lock()
         self.dns = EmbeddedDNS(self._lookup, list(dns or []))
         self.owner = ""
         self.firewall = Firewall("unset")
 
     def _lookup(self, cid: str, name: str) -> list[str] | None:
-        """Addresses, on the user networks ``cid`` is on, of the containers called ``name``
-        (their name, an alias or their short id)."""
-        found = []
-        for net, mine in self.of_container(cid):
-            if net.builtin:
-                continue
-            for entry in mine.links:  # a link's alias, seen by the linking container only
-                target, _, alias = entry.partition(":")
-                if name == (alias or target).lstrip("/").lower():
-                    name = target.lstrip("/").lower()
-            for other, info in net.endpoints.items():
-                names = {info.container.lstrip("/").lower(), other[:12],
-                         *(a.lower() for a in info.aliases)}
-                if info.attached and name in names:
-                    found.append(info.endpoint.address)
-        return found or None
+        return lookup(self.of_container(cid), name)
 
     def open(self, records: dict[str, dict[str, Any]],
              daemon_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -407,45 +351,10 @@ class NetworkService:
 
     async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery,
                       net: Network) -> None:
-        """Bind the container's published ports and forward them to its address on ``net``,
-        in ``nursery`` until ``release``. A port that cannot be bound is a 409 and nothing
-        stays bound."""
-        info = net.endpoints[cid]
-        try:
-            proxy = await PortProxy.bind(bindings)
-        except PortInUse as exc:
-            raise Conflict(f"driver failed programming external connectivity on endpoint "
-                           f"{info.container.lstrip('/')}: {exc}") from None
-        if ":" not in info.endpoint.address and not net.internal:
-            rules_scope = _ports_scope(cid)
-            try:
-                await trio.to_thread.run_sync(self.firewall.apply, rules_scope,
-                                              self._dnat(net, info, proxy))
-            except FirewallError as exc:
-                proxy.close()
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self.firewall.apply, rules_scope, [])
-                raise SystemError_(str(exc)) from exc
-        scope = trio.CancelScope()
-        self._proxies[cid] = (proxy, scope)
-        self._proxy_nets[cid] = (net, info)
-
-        async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-                        ) -> None:
-            with scope:
-                await proxy.serve(info.endpoint.address, task_status=task_status)
-
-        await nursery.start(serve)
-
-    @staticmethod
-    def _dnat(net: Network, info: EndpointInfo, proxy: PortProxy) -> list[Rule]:
-        return [rule for b in proxy.bindings if ":" not in b.host_ip
-                for rule in netrules.dnat_rules(net.bridge, b.proto, b.host_ip, b.host_port,
-                                                info.endpoint.address, b.port)]
+        await self.ports.publish(cid, bindings, nursery, net)
 
     def published(self, cid: str) -> list[Binding] | None:
-        found = self._proxies.get(cid)
-        return None if found is None else found[0].bindings
+        return self.ports.published(cid)
 
     async def release(self, cid: str, only: Network | None = None, *,
                       announce: bool = True) -> list[Network]:
@@ -455,17 +364,7 @@ class NetworkService:
         left = []
         if only is None:
             self.dns.stop(cid)
-            proxied = self._proxies.pop(cid, None)
-            if proxied is not None:
-                proxied[1].cancel()
-                if self._proxy_nets.pop(cid, None) is not None:
-                    with trio.CancelScope(shield=True):
-                        try:
-                            await trio.to_thread.run_sync(self.firewall.apply,
-                                                          _ports_scope(cid), [])
-                        except FirewallError as exc:
-                            log.error("removing the port rules of %s: %s", cid[:12], exc)
-                proxied[0].close()
+            await self.ports.release(cid)
         for net in [only] if only is not None else list(self.networks.values()):
             info = net.endpoints.pop(cid, None)
             if info is None:
@@ -480,10 +379,6 @@ class NetworkService:
                 if announce:
                     self.announce("disconnect", cid, net)
         return left
-
-
-def _ports_scope(cid: str) -> str:
-    return f"ports-{cid[:12]}"
 
 
 async def _unset(*args: object) -> None:
