@@ -11,6 +11,7 @@ from quart_trio import QuartTrio
 from svc.api import errors as api_errors
 from svc.api.afterresponse import AfterResponse
 from svc.api.body import BoundedRequest, HTTPConnection
+from svc.api.routes import container_files as container_files_routes
 from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
 from svc.api.routes import execs as execs_routes
@@ -62,6 +63,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     app.register_blueprint(events_routes.bp)
     app.register_blueprint(images_routes.bp)
     app.register_blueprint(containers_routes.bp)
+    app.register_blueprint(container_files_routes.bp)
     app.register_blueprint(execs_routes.bp)
     app.register_blueprint(volumes_routes.bp)
     app.register_blueprint(networks_routes.bp)

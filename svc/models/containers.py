@@ -15,7 +15,8 @@ from pydantic import Field, field_validator
 from svc.models.base import WireModel
 
 
-def _str_or_list(v: Any) -> Any:
+def str_or_list(v: Any) -> Any:
+    """``Cmd`` and ``Entrypoint`` as a string (one word) or a list."""
     if isinstance(v, str):
         return [v] if v else None
     return v
@@ -150,7 +151,7 @@ class HostConfigBody(WireModel):
                      mode="before")
     @classmethod
     def _lists(cls, v: Any) -> Any:
-        return _str_or_list(v)
+        return str_or_list(v)
 
 
 class ContainerConfig(WireModel):
@@ -181,7 +182,7 @@ class ContainerConfig(WireModel):
     @field_validator("Cmd", "Entrypoint", mode="before")
     @classmethod
     def _cmd(cls, v: Any) -> Any:
-        return _str_or_list(v)
+        return str_or_list(v)
 
     @field_validator("StopSignal", mode="before")
     @classmethod
@@ -369,47 +370,3 @@ class ChangeEntry(WireModel):
 
 class CommitResponse(WireModel):
     Id: str
-
-
-class ExecCreateBody(WireModel):
-    AttachStdin: bool = False
-    AttachStdout: bool = False
-    AttachStderr: bool = False
-    Tty: bool = False
-    Cmd: list[str] | None = None
-    DetachKeys: str = ""
-    User: str = ""
-    Privileged: bool = False
-
-    @field_validator("Cmd", mode="before")
-    @classmethod
-    def _cmd(cls, v: Any) -> Any:
-        return _str_or_list(v)
-
-
-class ExecStartBody(WireModel):
-    Detach: bool = False
-    Tty: bool = False
-
-
-class ExecProcessConfig(WireModel):
-    privileged: bool
-    user: str
-    tty: bool
-    entrypoint: str
-    arguments: list[str]
-
-
-class ExecInspect(WireModel):
-    ID: str
-    Running: bool
-    ExitCode: int | None
-    ProcessConfig: ExecProcessConfig
-    OpenStdin: bool
-    OpenStderr: bool
-    OpenStdout: bool
-    CanRemove: bool = False
-    ContainerID: str
-    DetachKeys: str = ""
-    Pid: int = 0
-    Container: dict[str, Any]

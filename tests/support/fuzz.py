@@ -58,7 +58,7 @@ STREAMING = re.compile(r"/(attach|events|logs|stats|wait|get|export|archive|star
 
 def _models() -> list[type[pydantic.BaseModel]]:
     found: dict[str, type[pydantic.BaseModel]] = {}
-    for mod_name in ("base", "containers", "events", "images", "networks", "system",
+    for mod_name in ("base", "containers", "events", "execs", "images", "networks", "system",
                      "volumes"):
         mod = __import__(f"svc.models.{mod_name}", fromlist=["x"])
         for obj in vars(mod).values():

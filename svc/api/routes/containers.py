@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
 import trio
 from quart import Blueprint, Response, request, websocket
@@ -16,24 +14,18 @@ from svc.api import container_shapes as shapes
 from svc.api.afterresponse import after_response
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
 from svc.api.detachkeys import parse_detach_keys
-from svc.api.errors import json_errors
 from svc.api.hijack import hijack
 from svc.api.params import json_body, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody, direct_head, send_chunks, send_chunks_from_thread
 from svc.api.versioning import api_version
 from svc.engine.containers.container import Container
-from svc.engine.containers.fs import path_stat_header
 from svc.engine.containers.links import link_names
 from svc.engine.containers.listing import FILTERS, select
 from svc.engine.containers.logs import follows, log_stream, read_log
 from svc.engine.containers.service import ContainerService
-from svc.errors import InvalidParameter, NotFound, PathNotFound
+from svc.errors import InvalidParameter, NotFound
 from svc.models.containers import (
-    ChangeEntry,
-    CommitResponse,
-    ContainerConfig,
-    CopyBody,
     CreateBody,
     CreateResponse,
     HostConfigBody,
@@ -351,107 +343,3 @@ async def logs(ref: str) -> Response:
 
 
 # -- filesystem -----------------------------------------------------------------------------
-
-
-@bp.get("/containers/<ref>/changes")
-async def changes(ref: str) -> Response:
-    c = _ctr(ref)
-    return json_response([ChangeEntry.model_validate(x).model_dump() for x in
-                          await containers().fs.changes(c)])
-
-
-@bp.get("/containers/<ref>/export")
-async def export(ref: str) -> Response:
-    c = _ctr(ref)
-    chunks = containers().fs.export(c)
-    await chunks.__anext__()  # started: errors before this are the status code
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/octet-stream")
-
-
-@bp.route("/containers/<ref>/archive", methods=["HEAD"])
-@json_errors
-async def archive_head(ref: str) -> Response:
-    c = _ctr(ref)
-    with _file_of(ref):
-        info = await containers().fs.stat(c, _archive_path())
-    return Response(b"", status=200, headers=_stat_headers(info))
-
-
-@bp.get("/containers/<ref>/archive")
-@json_errors
-async def archive_get(ref: str) -> Response:
-    c = _ctr(ref)
-    with _file_of(ref):
-        chunks, info = await _tar_of(c, _archive_path())
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/x-tar", headers=_stat_headers(info))
-
-
-@bp.put("/containers/<ref>/archive")
-@json_errors
-async def archive_put(ref: str) -> Response:
-    c = _ctr(ref)
-    path = _archive_path()
-    with _file_of(ref):
-        await containers().fs.put(c, path, request.body,
-                                  no_overwrite_dir_non_dir=qbool("noOverwriteDirNonDir"))
-    return Response(b"", status=200)
-
-
-@bp.post("/containers/<ref>/copy")
-async def copy(ref: str) -> Response:
-    c = _ctr(ref)
-    body = await json_body(CopyBody)
-    assert body is not None
-    if not body.Resource:
-        raise InvalidParameter("Path cannot be empty")
-    with _file_of(ref):
-        chunks, _info = await _tar_of(c, body.Resource)
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/x-tar")
-
-
-async def _tar_of(c: Container, path: str) -> tuple[AsyncIterator[bytes], dict[str, Any]]:
-    """The tar's chunks and the path status (a missing path raises before any byte)."""
-    stream = containers().fs.get(c, path)
-    info = await stream.__anext__()
-    assert isinstance(info, dict)
-    return stream, info  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def _file_of(ref: str) -> Iterator[None]:
-    """A missing path is named with the container as the client named it, as dockerd does
-    (``Could not find the file /x in container <ref>``)."""
-    try:
-        yield
-    except PathNotFound as exc:
-        raise exc.in_container(ref) from None
-
-
-def _archive_path() -> str:
-    path = qstr("path") or ""
-    if not path:
-        raise InvalidParameter("Path cannot be empty")
-    return path
-
-
-def _stat_headers(info: dict[str, Any]) -> dict[str, str]:
-    encoded = path_stat_header(info)
-    return {"X-Svc-Container-Path-Stat": encoded, "X-Docker-Container-Path-Stat": encoded}
-
-
-@bp.post("/commit")
-async def commit() -> Response:
-    ref = qstr("container") or ""
-    if not ref:
-        raise InvalidParameter("commit needs the container parameter")
-    c = _ctr(ref)
-    body = await json_body(ContainerConfig, required=False)
-    image = await containers().ops.commit(
-        c, repo=qstr("repo") or "", tag=qstr("tag") or "", comment=qstr("comment") or "",
-        author=qstr("author") or "", pause=qbool("pause", True),
-        changes=request.args.getlist("changes"),
-        config=body.model_dump(exclude_defaults=True) if body is not None else None)
-    return json_response(CommitResponse(Id=image.id), status=201)

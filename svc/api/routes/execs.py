@@ -13,13 +13,8 @@ from svc.api.shaping import json_response
 from svc.api.versioning import api_version
 from svc.engine.containers.service import ContainerService
 from svc.errors import InvalidParameter
-from svc.models.containers import (
-    CreateResponse,
-    ExecCreateBody,
-    ExecInspect,
-    ExecProcessConfig,
-    ExecStartBody,
-)
+from svc.models.containers import CreateResponse
+from svc.models.execs import ExecCreateBody, ExecInspect, ExecProcessConfig, ExecStartBody
 
 bp = Blueprint("execs", __name__)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from svc.api.params import parse_json_body
 from svc.models.base import WireModel, fold
-from svc.models.containers import CreateBody, ExecCreateBody, UpdateBody
+from svc.models.containers import CreateBody, UpdateBody
+from svc.models.execs import ExecCreateBody
 from svc.models.networks import ConnectBody, IPAMBody, NetworkCreateBody
 from svc.models.volumes import VolumeCreateBody
 
