@@ -11,6 +11,7 @@ from svc.engine.containers.links import parse_link
 from svc.engine.containers.state import State, human_duration, status_text
 from svc.engine.images.service import ImageService
 from svc.engine.networks import ports
+from svc.engine.networks.service import NetworkService
 from svc.errors import InvalidParameter, SvcError
 from svc.models.containers import (
     ContainerInspect,
@@ -46,15 +47,12 @@ def _network_name(c: Container) -> str:
     return "bridge" if mode == "default" else mode
 
 
-def network_settings(c: Container) -> NetworkSettingsBody:
+def network_settings(c: Container, nets: NetworkService) -> NetworkSettingsBody:
     """The container's networks (addresses on those it is attached to now); the top-level
     address fields are the default bridge's, as dockerd fills them."""
-    from svc.api.app import engine_of
-
     mode = _network_name(c)
     if mode.startswith("container:"):
         return NetworkSettingsBody(Networks={}, Ports=None, SandboxKey="")
-    nets = engine_of().networks
     live = c.live
     key = f"/proc/{live.pid}/ns/net" if live is not None and mode != "host" else ""
     port_map = ports.port_map(c.host_config, c.config, nets.published(c.id))
@@ -116,7 +114,7 @@ def _host_config(c: Container) -> dict[str, Any]:
     return dict(c.host_config, Links=shown or None)
 
 
-def inspect(c: Container, images: ImageService, version: Version,
+def inspect(c: Container, images: ImageService, nets: NetworkService, version: Version,
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
     image = images.images.get(c.image_id)
     graph = images.graph_data(image) if image is not None else {}
@@ -129,7 +127,7 @@ def inspect(c: Container, images: ImageService, version: Version,
         LogPath=str(c.log_path) if c.log_driver() == "json-file" else "", Name=c.name,
         RestartCount=c.restart_count, ExecIDs=list(c.exec_ids) or None,
         HostConfig=_host_config(c), GraphDriver={"Name": "overlay2", "Data": graph},
-        Mounts=mounts(c), Config=_config(c, version), NetworkSettings=network_settings(c),
+        Mounts=mounts(c), Config=_config(c, version), NetworkSettings=network_settings(c, nets),
         SizeRw=sizes[0] if sizes else None, SizeRootFs=sizes[1] if sizes else None,
     ).model_dump(exclude_none=False)
     if sizes is None:
@@ -176,14 +174,14 @@ def _status(c: Container) -> str:
     return status_text(st.status, exit_code=st.exit_code, since=since)
 
 
-def summary(c: Container, names: list[str], version: Version,
+def summary(c: Container, nets: NetworkService, names: list[str], version: Version,
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
     """The list entry. Everything but Status (which ages) is cached until the container's
     next saved change, so listing many containers costs little more than encoding them."""
     key = ("summary", version, c.revision, tuple(names))
     cached = c.view_cache.get(key) if sizes is None else None
     if cached is None:
-        cached = _summary(c, names, version, sizes)
+        cached = _summary(c, nets, names, version, sizes)
         if sizes is None:
             c.view_cache = {key: cached}
     out = dict(cached)
@@ -191,11 +189,11 @@ def summary(c: Container, names: list[str], version: Version,
     return out
 
 
-def _summary(c: Container, names: list[str], version: Version,
+def _summary(c: Container, nets: NetworkService, names: list[str], version: Version,
              sizes: tuple[int, int] | None) -> dict[str, Any]:
     st = c.state
     status = ""
-    net = network_settings(c)
+    net = network_settings(c, nets)
     port_list = []
     for key, entries in sorted((net.Ports or {}).items()):
         if not ports.valid_port(key):

@@ -22,6 +22,7 @@ from types import TracebackType
 import trio
 from quart.wrappers.response import ResponseBody
 
+from svc.api.heads import response_head
 from svc.api.rawstream import RawStream
 from svc.engine.streams import FdWriter, thread_iter
 
@@ -78,8 +79,6 @@ def chunked(data: bytes) -> bytes:
 
 def direct_head(content_type: str) -> bytes:
     """The head of a chunked body that the view writes itself; the connection then closes."""
-    from svc.api.app import response_head
-
     return response_head("200 OK", [("Content-Type", content_type),
                                     ("Transfer-Encoding", "chunked"), ("Connection", "close")])
 

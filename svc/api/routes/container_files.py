@@ -8,11 +8,14 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from quart import Blueprint, Response, request
+from quart_trio import QuartTrio
 
 from svc.api.errors import json_errors
 from svc.api.params import json_body, qbool, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody
+from svc.api.wiring import Wired
+from svc.engine.backend import ContainersBackend
 from svc.engine.containers.container import Container
 from svc.engine.containers.fs import path_stat_header
 from svc.engine.containers.service import ContainerService
@@ -20,12 +23,17 @@ from svc.errors import InvalidParameter, PathNotFound
 from svc.models.containers import ChangeEntry, CommitResponse, ContainerConfig, CopyBody
 
 bp = Blueprint("container_files", __name__)
+_backend: Wired[ContainersBackend] = Wired("container_files")
+
+
+def register(app: QuartTrio, backend: ContainersBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 
 
 def containers() -> ContainerService:
-    from svc.api.app import engine_of
-
-    return engine_of().containers
+    return _backend.get().containers
 
 
 def _ctr(ref: str) -> Container:

@@ -9,16 +9,19 @@ from contextlib import aclosing
 
 import trio
 from quart import Blueprint, Response, request, websocket
+from quart_trio import QuartTrio
 
 from svc.api import container_shapes as shapes
 from svc.api.afterresponse import after_response
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
 from svc.api.detachkeys import parse_detach_keys
 from svc.api.hijack import hijack
-from svc.api.params import json_body, qbool, qfilters, qint, qstr
+from svc.api.params import json_body, parse_bool, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import StreamBody, direct_head, send_chunks, send_chunks_from_thread
 from svc.api.versioning import api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import ContainersBackend
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import link_names
 from svc.engine.containers.listing import FILTERS, select
@@ -38,13 +41,18 @@ from svc.wire.timefmt import parse_timestamp_ns
 
 log = logging.getLogger("svc.api")
 bp = Blueprint("containers", __name__)
+_backend: Wired[ContainersBackend] = Wired("containers")
+
+
+def register(app: QuartTrio, backend: ContainersBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 RAW_STREAM = "application/vnd.svc.raw-stream"
 
 
 def containers() -> ContainerService:
-    from svc.api.app import engine_of
-
-    return engine_of().containers
+    return _backend.get().containers
 
 
 def _ctr(ref: str) -> Container:
@@ -66,9 +74,7 @@ async def create() -> Response:
 @bp.get("/containers/json")
 async def list_containers() -> Response:
     svc = containers()
-    from svc.api.app import engine_of
-
-    found = select(svc.all(), engine_of().images, svc.resolve, all_=qbool("all"),
+    found = select(svc.all(), _backend.get().images, svc.resolve, all_=qbool("all"),
                    limit=qint("limit"), since=qstr("since"), before=qstr("before"),
                    filters=qfilters(FILTERS), networks_of=svc.network_names)
     version = api_version()
@@ -79,7 +85,7 @@ async def list_containers() -> Response:
         sizes = await svc.ops.sizes(c) if size else None
         names = [c.name, *aliases.get(c.id, [])]
         try:
-            out.append(shapes.summary(c, names, version, sizes))
+            out.append(shapes.summary(c, _backend.get().networks, names, version, sizes))
         except Exception:  # one misshapen record never fails the list for everyone
             log.exception("container %s cannot be listed in full", c.id)
             out.append(shapes.fallback_summary(c, names))
@@ -90,10 +96,10 @@ async def list_containers() -> Response:
 async def inspect(ref: str) -> Response:
     svc = containers()
     c = svc.resolve(ref)
-    from svc.api.app import engine_of
-
     sizes = await svc.ops.sizes(c) if qbool("size") else None
-    return json_response(shapes.inspect(c, engine_of().images, api_version(), sizes))
+    backend = _backend.get()
+    return json_response(shapes.inspect(c, backend.images, backend.networks, api_version(),
+                                        sizes))
 
 
 @bp.post("/containers/<ref>/start")
@@ -229,8 +235,6 @@ def _ws_arg(name: str) -> str | None:
 
 
 def _ws_flag(name: str) -> bool:
-    from svc.api.params import parse_bool
-
     return parse_bool(name, websocket.args.get(name))
 
 

@@ -8,17 +8,28 @@ from contextlib import aclosing
 import pydantic_core
 import trio
 from quart import Blueprint, Response, request
+from quart_trio import QuartTrio
 
+from svc.api.heads import response_head
 from svc.api.hijack import hijack
 from svc.api.params import qfilters, qstr
 from svc.api.rawstream import RawStream
 from svc.api.versioning import Version, api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import EventsBackend
 from svc.engine.events import Event, Subscription
 from svc.errors import InvalidParameter
 from svc.models.events import StreamError
 from svc.wire.timefmt import parse_timestamp_ns
 
 bp = Blueprint("events", __name__)
+_backend: Wired[EventsBackend] = Wired("events")
+
+
+def register(app: QuartTrio, backend: EventsBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 
 FILTERS_V122 = ("container", "event", "image", "label", "type", "volume", "network")
 
@@ -94,15 +105,13 @@ async def _chunks(sub: Subscription, shape: str) -> AsyncGenerator[bytes, None]:
 
 @bp.get("/events")
 async def events() -> Response:
-    from svc.api.app import engine_of, response_head
-
     version = api_version()
     filters = qfilters(allowed_filters(version))
     since, until = _time_param("since"), _time_param("until")
     if version < (1, 22):
         filters["type"] = ["container", "image"]  # the only kinds the old shape can express
     # Subscribe before the headers go out: nothing published from here on is missed.
-    sub = engine_of().events.subscribe(filters, since_ns=since, until_ns=until)
+    sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
     chunks = _chunks(sub, wire_shape(version))
     try:
         # The stream is written straight to the connection (chunked by hand): the per-chunk

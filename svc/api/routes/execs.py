@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quart import Blueprint, Response, request
+from quart_trio import QuartTrio
 
 from svc.api import container_shapes as shapes
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
@@ -11,18 +12,25 @@ from svc.api.hijack import hijack
 from svc.api.params import json_body, qint
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import ContainersBackend
 from svc.engine.containers.service import ContainerService
 from svc.errors import InvalidParameter
 from svc.models.containers import CreateResponse
 from svc.models.execs import ExecCreateBody, ExecInspect, ExecProcessConfig, ExecStartBody
 
 bp = Blueprint("execs", __name__)
+_backend: Wired[ContainersBackend] = Wired("execs")
+
+
+def register(app: QuartTrio, backend: ContainersBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 
 
 def containers() -> ContainerService:
-    from svc.api.app import engine_of
-
-    return engine_of().containers
+    return _backend.get().containers
 
 
 @bp.post("/containers/<ref>/exec")
@@ -70,8 +78,6 @@ async def resize(exec_id: str) -> Response:
 
 @bp.get("/exec/<exec_id>/json")
 async def inspect(exec_id: str) -> Response:
-    from svc.api.app import engine_of
-
     svc = containers()
     inst = svc.execs.get(exec_id)
     body = ExecInspect(
@@ -81,6 +87,7 @@ async def inspect(exec_id: str) -> Response:
                                         arguments=inst.cmd[1:]),
         OpenStdin=inst.attach_stdin, OpenStderr=inst.attach_stderr,
         OpenStdout=inst.attach_stdout, ContainerID=inst.container.id, Pid=inst.pid,
-        Container=shapes.inspect(inst.container, engine_of().images, api_version()),
+        Container=shapes.inspect(inst.container, _backend.get().images,
+                                         _backend.get().networks, api_version()),
     )
     return json_response(body.model_dump())

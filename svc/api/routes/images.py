@@ -11,12 +11,17 @@ from typing import Any, BinaryIO, cast
 
 import trio
 from quart import Blueprint, Response, request
+from quart_trio import QuartTrio
 
+from svc.api.heads import response_head
 from svc.api.hijack import hijack
 from svc.api.params import qbool, qfilters, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import ChannelBody
 from svc.api.versioning import Version, api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import ImagesBackend
+from svc.engine.images.config import normalize_container_config
 from svc.engine.images.importer import ImportSpec, check_spec, import_image, sniff_archive
 from svc.engine.images.load import load_images
 from svc.engine.images.remove import remove_image
@@ -28,13 +33,18 @@ from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSumm
 from svc.models.images import ProgressMessage as Msg
 
 bp = Blueprint("images", __name__)
+_backend: Wired[ImagesBackend] = Wired("images")
+
+
+def register(app: QuartTrio, backend: ImagesBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 log = logging.getLogger("svc.api.images")
 
 
 def images() -> ImageService:
-    from svc.api.app import engine_of
-
-    return engine_of().images
+    return _backend.get().images
 
 
 def summary(svc: ImageService, img: Image, version: Version,
@@ -87,8 +97,6 @@ async def inspect(name: str) -> Response:
 
 
 def _container_config(raw: object) -> dict[str, Any]:
-    from svc.engine.images.config import normalize_container_config
-
     return normalize_container_config(raw if isinstance(raw, dict) else None)
 
 
@@ -204,8 +212,6 @@ async def save_many() -> Response:
 
 
 async def _save(names: list[str]) -> Response:
-    from svc.api.app import response_head
-
     svc = images()
     items = await plan_save(svc, names)
     # The layers stay on disk until the tarball is written, even if the image is removed.

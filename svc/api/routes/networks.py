@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint, Response
+from quart_trio import QuartTrio
 
 from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import NetworksBackend
 from svc.engine.networks.ipam import Network
 from svc.engine.networks.service import NetworkService
 from svc.errors import InvalidParameter, NotFound
@@ -24,12 +27,17 @@ from svc.models.networks import (
 )
 
 bp = Blueprint("networks", __name__)
+_backend: Wired[NetworksBackend] = Wired("networks")
+
+
+def register(app: QuartTrio, backend: NetworksBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 
 
 def networks() -> NetworkService:
-    from svc.api.app import engine_of
-
-    return engine_of().networks
+    return _backend.get().networks
 
 
 def _pool(subnet: str, ip_range: str = "", gateway: str = "",
@@ -124,11 +132,9 @@ async def remove(ref: str) -> Response:
 
 @bp.post("/networks/<ref>/connect")
 async def connect(ref: str) -> Response:
-    from svc.api.app import engine_of
-
     body = await json_body(ConnectBody)
     assert body is not None
-    svc = engine_of().containers
+    svc = _backend.get().containers
     cfg = body.EndpointConfig.model_dump(exclude_none=True) if body.EndpointConfig else {}
     await svc.connect(svc.resolve(body.Container), ref, cfg)
     return Response(b"", status=200)
@@ -136,10 +142,8 @@ async def connect(ref: str) -> Response:
 
 @bp.post("/networks/<ref>/disconnect")
 async def disconnect(ref: str) -> Response:
-    from svc.api.app import engine_of
-
     body = await json_body(DisconnectBody)
     assert body is not None
-    svc = engine_of().containers
+    svc = _backend.get().containers
     await svc.disconnect(svc.resolve(body.Container), ref)
     return Response(b"", status=200)

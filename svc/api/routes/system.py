@@ -5,11 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint, Response
+from quart_trio import QuartTrio
 
 from svc.api.shaping import json_response, shape_info, shape_version
 from svc.api.versioning import api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import SystemBackend
 
 bp = Blueprint("system", __name__)
+_backend: Wired[SystemBackend] = Wired("system")
+
+
+def register(app: QuartTrio, backend: SystemBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 
 
 @bp.route("/_ping", methods=["GET", "HEAD"])
@@ -22,13 +32,9 @@ async def ping() -> Response:
 
 @bp.get("/version")
 async def version() -> Response:
-    from svc.api.app import engine_of
-
-    return json_response(shape_version(engine_of().version(), api_version()))
+    return json_response(shape_version(_backend.get().version(), api_version()))
 
 
 @bp.get("/info")
 async def info() -> Any:
-    from svc.api.app import engine_of
-
-    return json_response(shape_info(engine_of().info(), api_version()))
+    return json_response(shape_info(_backend.get().info(), api_version()))

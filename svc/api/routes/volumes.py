@@ -5,22 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint, Response
+from quart_trio import QuartTrio
 
 from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.versioning import api_version
+from svc.api.wiring import Wired
+from svc.engine.backend import VolumesBackend
 from svc.engine.volumes.service import Volume, VolumeService
 from svc.errors import InvalidParameter
 from svc.models.volumes import VolumeBody, VolumeCreateBody
 
 bp = Blueprint("volumes", __name__)
+_backend: Wired[VolumesBackend] = Wired("volumes")
+
+
+def register(app: QuartTrio, backend: VolumesBackend) -> None:
+    """Give the routes their backend and add them to ``app``."""
+    _backend.set(backend)
+    app.register_blueprint(bp)
 TRUTH = {"true": True, "1": True, "false": False, "0": False}
 
 
 def volumes() -> VolumeService:
-    from svc.api.app import engine_of
-
-    return engine_of().volumes
+    return _backend.get().volumes
 
 
 def shape(v: Volume) -> dict[str, Any]:
