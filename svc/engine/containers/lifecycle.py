@@ -13,7 +13,7 @@ import trio
 from svc.engine.containers.config import stop_signal
 from svc.engine.containers.container import Container
 from svc.engine.containers.run import Runner
-from svc.engine.containers.state import State, require
+from svc.engine.containers.state import State, require, transition
 from svc.errors import InvalidParameter
 from svc.runtime.process import signal_number
 from svc.runtime.protocol import Runtime, RuntimeFailure
@@ -89,7 +89,7 @@ class Lifecycle:
         if c.state.status is State.PAUSED:
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.resume(c.id)
-            c.state.status = State.RUNNING
+            transition(c.state, "thawed")
 
     async def restart(self, c: Container, timeout: int | None) -> None:
         async with c.lock:
@@ -141,7 +141,7 @@ class Lifecycle:
                 if await self.runner.settle_exit(c):  # it exited meanwhile: not running
                     require(c.state.status, verb, c.id)
                 raise
-            c.state.status = State.PAUSED if verb == "pause" else State.RUNNING
+            transition(c.state, "paused" if verb == "pause" else "unpaused")
             await self.save(c)
             c.notify()
         self.runner.event(c, verb)

@@ -18,7 +18,7 @@ import trio
 from svc.engine.containers.container import Container, now_ns
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.run import Runner
-from svc.engine.containers.state import State
+from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
 from svc.runtime.protocol import ContainerNotFound, Runtime, RuntimeFailure
@@ -74,7 +74,8 @@ class ContainerRestore:
         was = c.state.status
         if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
             code, error = await self._reap_orphan(c)
-            c.state.status, c.state.pid, c.state.finished_ns = State.EXITED, 0, now_ns()
+            transition(c.state, "exited")
+            c.state.pid, c.state.finished_ns = 0, now_ns()
             c.state.exit_code, c.state.error = code, error
             await self.save(c)
         elif was is State.REMOVING:

@@ -28,7 +28,7 @@ from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.rootfs import image_dir, make_init_layer, unmount_quietly
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
-from svc.engine.containers.state import State
+from svc.engine.containers.state import transition
 from svc.engine.containers.supervise import Supervisor
 from svc.engine.containers.userdb import resolve_user
 from svc.engine.events import EventBus
@@ -168,7 +168,8 @@ class Runner:
             await live.exited.wait()
             raise err from None
         st = c.state
-        st.status, st.pid, st.started_ns = State.RUNNING, live.pid, now_ns()
+        transition(st, "started")
+        st.pid, st.started_ns = live.pid, now_ns()
         st.exit_code, st.error, st.oom_killed = 0, "", False
         c.has_been_started = True
         await self.d.save(c)

@@ -39,7 +39,7 @@ from svc.engine.containers.ops import ContainerOps
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.restore import ContainerRestore
 from svc.engine.containers.run import Runner, RunnerDeps
-from svc.engine.containers.state import State, require
+from svc.engine.containers.state import State, require, transition
 from svc.engine.containers.stats import StatsService
 from svc.engine.containers.volumes import ContainerVolumes
 from svc.engine.networks.ports import bindings as port_bindings
@@ -279,7 +279,7 @@ class ContainerService:
                     c.restart_scope.cancel()
                 await self.lifecycle.send_signal(c, signal.SIGKILL)
                 await self.lifecycle.wait_live_exit(c, None)
-            c.state.status = State.REMOVING
+            transition(c.state, "removing")
             with trio.CancelScope(shield=True):
                 traces = await self.runner.leaves_traces(c)
                 if traces:  # a crash from here on: the next start finishes the removal

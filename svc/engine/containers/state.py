@@ -7,9 +7,13 @@ the list's human-readable column are derived here too.
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
+from typing import Protocol
 
 from svc.errors import Conflict, NotModified
+
+log = logging.getLogger("svc.engine.containers")
 
 
 class State(StrEnum):
@@ -39,15 +43,37 @@ ALLOWED: dict[str, frozenset[State]] = {
     "rename": frozenset(State) - {State.REMOVING},
 }
 
-# the state a successful verb leads to (exits and restarts are driven by the supervisor)
-RESULT: dict[str, State] = {
-    "start": State.RUNNING,
-    "stop": State.EXITED,
-    "kill": State.EXITED,
-    "pause": State.PAUSED,
-    "unpause": State.RUNNING,
-    "restart": State.RUNNING,
+# What happens to a container -> (the states it can happen in, the state it leads to). The one
+# writer of a container's status is ``transition``; verbs check ``ALLOWED`` first.
+_ANY = frozenset(State)
+TRANSITIONS: dict[str, tuple[frozenset[State], State]] = {
+    "started": (frozenset({State.CREATED, State.EXITED, State.RESTARTING, State.DEAD}),
+                State.RUNNING),
+    "paused": (frozenset({State.RUNNING}), State.PAUSED),
+    "unpaused": (frozenset({State.PAUSED}), State.RUNNING),
+    "thawed": (frozenset({State.PAUSED}), State.RUNNING),  # a kill thaws a paused container
+    "exited": (frozenset({State.RUNNING, State.PAUSED, State.RESTARTING}), State.EXITED),
+    "restarting": (frozenset({State.RUNNING, State.PAUSED, State.EXITED}), State.RESTARTING),
+    "restart_abandoned": (frozenset({State.RESTARTING}), State.EXITED),
+    "removing": (_ANY - {State.REMOVING}, State.REMOVING),
 }
+
+
+class Transitioned(Protocol):
+    status: State
+
+
+def transition(st: Transitioned, event: str) -> State:
+    """Move ``st`` (a container's state) on ``event``, as the table says; the only place a
+    container's status is written. An event in a state the table does not expect is logged
+    (it would be a bug of the engine's) and applied, so that the record follows what the
+    runtime did."""
+    sources, target = TRANSITIONS[event]
+    if st.status not in sources:
+        log.error("container state: %s while %s (expected in %s)", event, st.status.value,
+                  ", ".join(sorted(s.value for s in sources)))
+    st.status = target
+    return target
 
 
 def can(state: State, verb: str) -> bool:

@@ -19,7 +19,7 @@ import trio
 from svc.engine.containers.attach import OutputHub, output_chunks
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
-from svc.engine.containers.state import State
+from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.process import ContainerPipes, wait_pid
@@ -140,7 +140,8 @@ class Supervisor:
     async def _exited(self, c: Container, code: int, oom: bool) -> None:
         c.live = None
         st = c.state
-        st.status, st.pid, st.exit_code, st.finished_ns = State.EXITED, 0, code, now_ns()
+        transition(st, "exited")
+        st.pid, st.exit_code, st.finished_ns = 0, code, now_ns()
         st.oom_killed = oom
         await self.save(c)
         c.exits, c.last_exit_code = c.exits + 1, code
@@ -166,7 +167,7 @@ class Supervisor:
         if not self.wants_restart(c, code):
             return
         delay = min(RESTART_DELAY * (2 ** c.restart_count), RESTART_DELAY_MAX)
-        c.state.status = State.RESTARTING
+        transition(c.state, "restarting")
         await self.save(c)
         c.notify()
         with trio.CancelScope() as scope:
@@ -176,7 +177,7 @@ class Supervisor:
         async with c.lock:
             if scope.cancelled_caught or not self.wants_restart(c, code):
                 if c.state.status is State.RESTARTING:
-                    c.state.status = State.EXITED
+                    transition(c.state, "restart_abandoned")
                     await self.save(c)
                     c.notify()
                 return
@@ -185,7 +186,7 @@ class Supervisor:
                 await self.launch(c)
             except (SvcError, OSError) as exc:
                 log.error("restarting container %s failed: %s", c.short_id, exc)
-                c.state.status = State.EXITED
+                transition(c.state, "restart_abandoned")
                 await self.save(c)
                 c.notify()
                 return

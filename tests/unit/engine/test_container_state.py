@@ -59,3 +59,33 @@ def test_status_text() -> None:
     assert status_text(State.PAUSED, exit_code=0, since="1 second") == "Up 1 second (Paused)"
     assert status_text(State.EXITED, exit_code=3, since="2 hours") == "Exited (3) 2 hours ago"
     assert status_text(State.CREATED, exit_code=0, since="") == "Created"
+
+
+def test_transition_is_the_table() -> None:
+    """``transition`` moves a state as TRANSITIONS says and is the only writer of status."""
+    from dataclasses import dataclass
+
+    from svc.engine.containers.state import TRANSITIONS, transition
+
+    @dataclass
+    class St:
+        status: State
+
+    for event, (sources, target) in TRANSITIONS.items():
+        for source in sources:
+            st = St(source)
+            assert transition(st, event) is target and st.status is target, (event, source)
+
+
+def test_an_unexpected_transition_is_logged_and_applied(caplog) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import dataclass
+
+    from svc.engine.containers.state import transition
+
+    @dataclass
+    class St:
+        status: State
+
+    st = St(State.CREATED)
+    transition(st, "paused")
+    assert st.status is State.PAUSED and "paused while created" in caplog.text
