@@ -36,10 +36,13 @@ from svc.api.server import (
     validate_hosts,
 )
 from svc.config import DaemonConfig
-from svc.engine.engine import Engine, EngineConfig
+from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
 from svc.memory import scavenge
+from svc.runtime.cgroups import CgroupV1
+from svc.runtime.runc import Runc
 from svc.storage.lock import RootInUse
+from svc.storage.store import ObjectStore
 from svc.version import API_VERSION_STR, SVC_VERSION
 
 log = logging.getLogger("svc")
@@ -93,6 +96,13 @@ def release_pidfile(path: Path) -> None:
             path.unlink()
 
 
+def host_adapters(config: EngineConfig) -> Adapters:
+    """The engine's adapters on this host: runc (or the configured runtime, which speaks
+    runc's command line), the cgroup v1 tree, the on-disk store under the root."""
+    return Adapters(runtime=Runc(config.exec_root / "runc", config.runtime),
+                    cgroups=CgroupV1(), store=ObjectStore(config.root))
+
+
 def run_daemon(config: DaemonConfig,
                extensions: Sequence[Callable[..., None]] = ()) -> None:
     """Run svcd until SIGTERM/SIGINT. Raises DaemonError when it cannot start."""
@@ -113,13 +123,14 @@ def run_daemon(config: DaemonConfig,
     log.debug("descriptor limit %d", limits.raise_nofile())
     try:
         try:
-            engine = Engine(EngineConfig(root=config.root, exec_root=config.exec_root,
+            engine_config = EngineConfig(root=config.root, exec_root=config.exec_root,
                                          runtime=config.runtime,
                                          cgroup_parent=config.cgroup_parent,
                                          shutdown_timeout=config.shutdown_timeout,
                                          bridge=config.bridge, bip=config.bip,
                                          dns=tuple(config.dns),
-                                         debug=config.effective_log_level == "debug"))
+                                         debug=config.effective_log_level == "debug")
+            engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None
         try:

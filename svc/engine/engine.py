@@ -27,7 +27,7 @@ from svc.models.system import SystemInfo, VersionInfo
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
 from svc.runtime.process import Launches, host_capabilities, reap_orphans, set_subreaper
-from svc.runtime.runc import Runc
+from svc.runtime.protocol import Runtime
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
@@ -48,19 +48,29 @@ class EngineConfig:
     dns: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Adapters:
+    """The host-facing parts the engine works through, built by the composition root
+    (``svc.daemon``) and handed in, so that a test can hand in fakes of its own."""
+
+    runtime: Runtime
+    cgroups: CgroupV1
+    store: ObjectStore
+
+
 class Engine:
     """Domain state and services. ``open`` loads state; ``run`` hosts the background tasks."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, adapters: Adapters) -> None:
         self.config = config
-        self.store = ObjectStore(config.root)
+        self.store = adapters.store
         self.events = EventBus(EventLog(config.root / "events.jsonl", keep=REPLAY_EVENTS))
         self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
         self.engine_id = ""
         self._lock = RootLock(config.root)
         self.images = ImageService(config.root, self.store, self.events)
-        self.cgroups = CgroupV1()
-        self.runtime = Runc(config.exec_root / "runc", config.runtime)
+        self.cgroups = adapters.cgroups
+        self.runtime = adapters.runtime
         self.volumes = VolumeService(
             config.root, self.events,
             save=lambda name, rec: self.save_record("volumes", name, rec),
