@@ -49,10 +49,7 @@ async def test_sigkill_and_restart(spawn) -> None:  # type: ignore[no-untyped-de
     d: Daemon = spawn()
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
         r = await c.post("/volumes/create", json={"Name": "crashtmp", "DriverOpts": {
             "type": "tmpfs", "device": "tmpfs", "o": "size=1m"}})
         assert r.status_code == 201

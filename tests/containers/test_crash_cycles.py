@@ -188,10 +188,7 @@ async def test_twenty_sigkills_under_load(spawn) -> None:  # type: ignore[no-unt
     d: Daemon = spawn()
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
     for n in range(CYCLES):
         await _load(d, acked, rng, n)
         d.start()

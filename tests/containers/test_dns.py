@@ -76,10 +76,7 @@ async def test_daemon_dns_flag(spawn) -> None:  # type: ignore[no-untyped-def]
     d = spawn(["--dns", "10.1.2.3", "--dns", "10.1.2.4"])
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
         cid, _ = await run(c, ["cat", "/etc/resolv.conf"])
         servers = [ln.split()[1] for ln in (await output(c, cid)).splitlines()
                    if ln.startswith("nameserver")]

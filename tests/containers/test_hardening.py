@@ -32,9 +32,7 @@ async def test_a_record_that_cannot_be_shown_never_fails_the_list(spawn) -> None
     d: Daemon = spawn()
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                               "tag": "latest"},
-                     content=timg.busybox_rootfs_tar())
+        await timg.import_busybox(c)
         bad = (await create(c, ["true"], name="bad"))["Id"]
         good = (await create(c, ["true"], name="good"))["Id"]
     d.kill()
@@ -226,10 +224,7 @@ async def test_no_unreaped_children_after_network_work(spawn) -> None:  # type: 
     assert d.proc is not None
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
         assert (await c.post("/networks/create", json={"Name": "reapnet"})).status_code == 201
         for mode in ("reapnet", "default"):
             cid = (await c.post("/containers/create", json={

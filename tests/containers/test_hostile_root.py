@@ -68,10 +68,7 @@ async def test_start_survives_a_littered_root(spawn, tmp_path: Path) -> None:  #
     d: Daemon = spawn()
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
         r = await c.post("/containers/create", params={"name": "kept"},
                          json={"Image": IMAGE, "Cmd": ["true"]})
         assert r.status_code == 201

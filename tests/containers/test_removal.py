@@ -116,10 +116,7 @@ async def test_removed_container_stays_removed_after_a_restart(spawn) -> None:  
     d: Daemon = spawn()
     async with http_client(d.sock) as c:
         c.timeout = httpx.Timeout(60)
-        r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                   "tag": "latest"},
-                         content=timg.busybox_rootfs_tar())
-        assert r.status_code == 200
+        await timg.import_busybox(c)
         ids = []
         for cmd in (["true"], ["true"]):
             r = await c.post("/containers/create", json={"Image": IMAGE, "Cmd": cmd})

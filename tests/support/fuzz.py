@@ -183,10 +183,7 @@ def rss(pid: int) -> int:
 
 
 async def setup_objects(c: httpx.AsyncClient) -> dict[str, list[str]]:
-    r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                               "tag": "latest"},
-                     content=timg.busybox_rootfs_tar())
-    assert r.status_code == 200, r.text
+    await timg.import_busybox(c)
     running = (await c.post("/containers/create", json={
         "Image": "busybox", "OpenStdin": True,  # stops at once (restart waits for the stop)
         "Cmd": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]})).json()["Id"]

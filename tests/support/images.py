@@ -566,3 +566,12 @@ def malicious_tars() -> dict[str, bytes]:
         "garbage": random.Random(1234).randbytes(8192),
         "corrupt_gzip": bytes(broken),
     }
+
+
+async def import_busybox(c: Any) -> None:
+    """Import the busybox rootfs as ``busybox:latest`` through the API (``c``: an
+    ``httpx.AsyncClient`` on a daemon's socket); fails the test if the daemon refuses."""
+    r = await c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                               "tag": "latest"},
+                     content=busybox_rootfs_tar())
+    assert r.status_code == 200, r.text
