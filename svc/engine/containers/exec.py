@@ -31,11 +31,12 @@ from svc.engine.containers.attach import (
 )
 from svc.engine.containers.container import Container
 from svc.engine.containers.run import Runner, start_failure
+from svc.engine.containers.spec import HostFacts
 from svc.engine.containers.state import State, require
 from svc.engine.containers.userdb import resolve_user
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
-from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
-from svc.runtime.protocol import RuntimeFailure
+from svc.runtime.process import ContainerPipes, Launches, open_pipes, wait_pid
+from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import ALL_CAPABILITIES
 from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
 
@@ -66,8 +67,15 @@ class ExecInstance:
 
 
 class ExecService:
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, runtime: Runtime, launches: Launches,
+                 facts: HostFacts) -> None:
+        """``runner``: events, the bundle, settling an exit, the nursery; the runtime runs
+        the command; ``launches`` keeps the orphan reaper off its zombie; ``facts`` give a
+        privileged exec the daemon's capabilities."""
         self.runner = runner
+        self.runtime = runtime
+        self.launches = launches
+        self.facts = facts
         self.instances: dict[str, ExecInstance] = {}
 
     def get(self, exec_id: str) -> ExecInstance:
@@ -166,13 +174,13 @@ class ExecService:
             raise Conflict(f"Container {c.id} is not running") from None
         pipes: ContainerPipes | None = None
         # The command may exit before runc does: its zombie is ours, not the orphan reaper's.
-        with self.runner.d.launches.launching():
+        with self.launches.launching():
             try:
                 if inst.tty:
-                    created = await self.runner.d.runtime.exec(c.id, process, terminal=True)
+                    created = await self.runtime.exec(c.id, process, terminal=True)
                 else:
                     pipes = open_pipes(stdin=inst.attach_stdin)
-                    created = await self.runner.d.runtime.exec(c.id, process, stdio=pipes)
+                    created = await self.runtime.exec(c.id, process, stdio=pipes)
             except BaseException as exc:
                 if pipes is not None:
                     with trio.CancelScope(shield=True):
@@ -202,7 +210,7 @@ class ExecService:
         env = [e for e in proc.get("env", []) if not e.startswith("TERM=")]
         proc["env"] = env + (["TERM=xterm"] if inst.tty else [])
         if inst.privileged:
-            caps = [cap for cap in ALL_CAPABILITIES if cap in self.runner.d.facts.capabilities]
+            caps = [cap for cap in ALL_CAPABILITIES if cap in self.facts.capabilities]
             proc["capabilities"] = {k: list(caps) for k in ("bounding", "effective",
                                                              "permitted")}
         proc.pop("consoleSize", None)

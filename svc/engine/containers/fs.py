@@ -34,7 +34,7 @@ from svc.engine.containers.state import State
 from svc.engine.images import config as imageconfig
 from svc.engine.images.service import Image, ImageService
 from svc.errors import Forbidden, InvalidParameter, NotFound, PathNotFound, SvcError, SystemError_
-from svc.runtime.protocol import RuntimeFailure
+from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.layerproduce import produce_layer
 from svc.storage.tarformat import OPAQUE_XATTR
 
@@ -75,9 +75,10 @@ def _error(stderr: bytes, fallback: str, c: Container | None = None,
 
 
 class ContainerFS:
-    def __init__(self, runner: Runner, images: ImageService) -> None:
+    def __init__(self, runner: Runner, images: ImageService, runtime: Runtime) -> None:
         self.runner = runner
         self.images = images
+        self.runtime = runtime  # pause and resume around a commit
 
     @asynccontextmanager
     async def root(self, c: Container, *, volumes: bool = True) -> AsyncIterator[list[str]]:
@@ -175,7 +176,7 @@ class ContainerFS:
             if c.state.status is not State.RUNNING or live is None:
                 return False
             try:
-                await self.runner.d.runtime.pause(c.id)
+                await self.runtime.pause(c.id)
                 return True
             except RuntimeFailure:
                 if await self.runner.settle_exit(c) or c.live is not live:
@@ -187,7 +188,7 @@ class ContainerFS:
         """Resume what the commit paused; a container killed meanwhile (a stop or kill
         during the commit) is not there to resume, and that is no error of the commit."""
         try:
-            await self.runner.d.runtime.resume(c.id)
+            await self.runtime.resume(c.id)
         except RuntimeFailure:
             if not await self.runner.settle_exit(c):
                 raise

@@ -68,9 +68,9 @@ class ContainerService:
         self.knobs = knobs
         self.registry = ContainerRegistry()
         self.runner = Runner(deps)
-        self.fs = ContainerFS(self.runner, deps.images)
-        self.execs = ExecService(self.runner)
-        self.stats = StatsService(self.runner)
+        self.fs = ContainerFS(self.runner, deps.images, deps.runtime)
+        self.execs = ExecService(self.runner, deps.runtime, deps.launches, deps.facts)
+        self.stats = StatsService(self.runner, deps.cgroups)
         self.networking = ContainerNetworking(deps.networks, deps.save)
         self.volumes = ContainerVolumes(deps.volumes, self.registry)
         self.ops = ContainerOps(deps.runtime, deps.cgroups, deps.images, self.runner, self.fs,

@@ -137,8 +137,9 @@ class StatsService:
     reading, as dockerd's stats collector does: a hundred streams cost one tick, not a
     hundred."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, cgroups: CgroupV1) -> None:
         self.runner = runner
+        self.cgroups = cgroups
         self.last: dict[str, Sample] = {}
         self._subs: dict[str, set[trio.MemorySendChannel[Sample | None]]] = {}
         self._containers: dict[str, Container] = {}
@@ -149,7 +150,7 @@ class StatsService:
         if live is None or c.state.status not in (State.RUNNING, State.PAUSED):
             return None
         try:
-            return await trio.to_thread.run_sync(take_sample, self.runner.d.cgroups,
+            return await trio.to_thread.run_sync(take_sample, self.cgroups,
                                                  self.runner.cgroup_of(c), live.pid)
         except OSError:  # its process exited under the reading: answer as for a stopped one
             await self.runner.settle_exit(c)
@@ -176,7 +177,7 @@ class StatsService:
             if targets:
                 try:
                     samples = await trio.to_thread.run_sync(take_samples,
-                                                            self.runner.d.cgroups, targets)
+                                                            self.cgroups, targets)
                 except Exception:  # never let a reading stop the daemon
                     log.exception("reading container stats failed")
                     samples = []
