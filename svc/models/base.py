@@ -79,6 +79,9 @@ class Fields:
     exact: frozenset[str]  # wire names: the alias, else the name
     folded: dict[str, str]  # folded name -> the first field (declaration order) folding to it
     kinds: dict[str, Kind]  # wire name -> kind
+    # wire names of fields that cannot hold null: Go leaves such a field as it was when the
+    # body says null (``"Memory": null``), so the key is dropped
+    not_null: frozenset[str] = frozenset()
 
 
 @cache
@@ -86,11 +89,21 @@ def fields_of(model: type[BaseModel]) -> Fields:
     """``model``'s fields, computed once per class."""
     folded: dict[str, str] = {}
     kinds: dict[str, Kind] = {}
+    not_null: set[str] = set()
     for name, info in model.model_fields.items():
         wire = info.alias or name
         kinds[wire] = _kind(info.annotation)
         folded.setdefault(fold(wire), wire)
-    return Fields(frozenset(kinds), folded, kinds)
+        if not _admits_none(info.annotation):
+            not_null.add(wire)
+    return Fields(frozenset(kinds), folded, kinds, frozenset(not_null))
+
+
+def _admits_none(annotation: Any) -> bool:
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return True
+    return get_origin(annotation) in (Union, types.UnionType) and \
+        type(None) in get_args(annotation)
 
 
 def _pairs(obj: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -109,12 +122,18 @@ def _again(kind: Kind, old: Any, new: Any) -> Any:
 def fold_keys(data: dict[str, Any], fields: Fields) -> dict[str, Any]:
     """``data`` with each key renamed to the field it decodes into (exact name first, else
     the first field equal under folding; unknown keys kept, to be ignored); keys that reach
-    the same field: the last wins, except that objects for a struct or a map merge."""
-    if not isinstance(data, RepeatedKeys) and all(key in fields.exact for key in data):
-        return data  # the common case: nothing to rename, no two keys for one field
+    the same field: the last wins, except that objects for a struct or a map merge; null for
+    a field that cannot hold it is dropped, as Go leaves such a field alone."""
+    if not isinstance(data, RepeatedKeys) and all(
+            key in fields.exact and (value is not None or key not in fields.not_null)
+            for key, value in data.items()):
+        return data  # the common case: nothing to rename, drop or merge
     out: dict[str, Any] = {}
     for key, value in _pairs(data):
         target = key if key in fields.exact else fields.folded.get(fold(key), key)
+        if value is None and target in fields.not_null:
+            continue  # Go leaves a non-pointer field as it was
+
         if target in out:
             value = _again(fields.kinds.get(target, Kind.VALUE), out[target], value)
         out[target] = value

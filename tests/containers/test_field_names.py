@@ -138,3 +138,14 @@ def test_dockerpy1_cpuset_cpus(cdaemon: Daemon) -> None:
     """docker-py 1.10.6 sends ``HostConfig.CpuSetCpus``."""
     hc = json.loads(run_sdk("dockerpy1", DOCKERPY1_CPUSET, cdaemon.url))
     assert hc["CpusetCpus"] == "0" and hc["Memory"] == 32 << 20
+
+
+async def test_null_for_a_plain_field_is_no_error(api: httpx.AsyncClient) -> None:
+    """``"Memory": null`` (a client that sends its unset fields as null) is no 400: Go leaves
+    the field at its default."""
+    r = await api.post("/containers/create", json={
+        "Image": "busybox", "Cmd": ["true"], "Tty": None,
+        "HostConfig": {"Memory": None, "CpuShares": None, "Privileged": None}})
+    assert r.status_code == 201, r.text
+    hc = (await api.get(f"/containers/{r.json()['Id']}/json")).json()["HostConfig"]
+    assert (hc["Memory"], hc["CpuShares"], hc["Privileged"]) == (0, 0, False)

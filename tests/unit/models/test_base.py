@@ -151,3 +151,12 @@ def test_responses_keep_docker_names() -> None:
     # no model takes a field for pydantic's class-based configuration (a deprecation warning)
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c",
                     "import svc.models.networks, svc.models.containers"], check=True)
+
+
+def test_null_leaves_a_plain_field_as_it_was() -> None:
+    """Go ignores null for a non-pointer field; a field that can hold null takes it."""
+    body = CreateBody.model_validate({"Image": "x", "Tty": None, "Cmd": None, "HostConfig": {
+        "Memory": None, "memory": None, "CpuShares": 512, "cpushares": None, "Binds": None}})
+    assert body.Tty is False and body.Cmd is None
+    hc = body.HostConfig
+    assert hc is not None and hc.Memory == 0 and hc.CpuShares == 512 and hc.Binds is None
