@@ -166,10 +166,14 @@ def unmount_all(root: Path) -> list[Path]:
 
     Cancellation: blocking, not a checkpoint.
     """
-    done = []
-    for point in mounts_under(root):
-        if unmount(point):
-            done.append(point)
+    done: list[Path] = []
+    for _ in range(8):  # mounts stacked on one point are listed once: go round again
+        points = mounts_under(root)
+        if not points:
+            break
+        for point in points:
+            if unmount(point):
+                done.append(point)
     return done
 
 
