@@ -120,8 +120,13 @@ def _create_bridge(ip: IPRoute, name: str, alias: str, staging: str) -> list[int
         ip.link("del", index=old)
     ip.link("add", ifname=staging, kind="bridge")
     idx = ip.link_lookup(ifname=staging)[0]
-    ip.link("set", index=idx, ifalias=alias)
-    ip.link("set", index=idx, ifname=name)
+    try:
+        ip.link("set", index=idx, ifalias=alias)
+        ip.link("set", index=idx, ifname=name)
+    except NetlinkError:
+        with contextlib.suppress(NetlinkError):
+            ip.link("del", index=idx)
+        raise
     return [idx]
 
 

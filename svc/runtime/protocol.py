@@ -30,8 +30,9 @@ class RuntimeFailure(SystemError_):
         self.output = output  # everything the runtime logged, for the daemon's log
 
 
-class ContainerNotFound(RuntimeFailure, NotFound):
-    """The runtime has no container by that id."""
+class ContainerNotFound(NotFound, RuntimeFailure):
+    """The runtime has no container by that id: a 404 for the client (NotFound comes
+    first), a RuntimeFailure for the engine."""
 
 
 class ContainerStateConflict(Conflict, RuntimeFailure):

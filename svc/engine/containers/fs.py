@@ -205,8 +205,9 @@ class ContainerFS:
             staged_file = await trio.to_thread.run_sync(_produce_to_temp, c.upper_dir,
                                                         self.images.layers.root)
         finally:
-            if paused_here:
-                await self._resume_after_commit(c)
+            if paused_here:  # a client gone mid-commit must not leave the container frozen
+                with trio.CancelScope(shield=True):
+                    await self._resume_after_commit(c)
         try:
             parent = image.chain[-1] if image.chain else None
             with open(staged_file, "rb") as f:  # noqa: ASYNC230 - opened here, read in a thread
@@ -214,7 +215,8 @@ class ContainerFS:
                     layer = await trio.to_thread.run_sync(self.images.layers.register, f, parent)
                     self.images.pins[layer.chain_id] += 1
         finally:
-            await trio.to_thread.run_sync(os.unlink, staged_file)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(os.unlink, staged_file)
         chain = [*image.chain, layer.chain_id]
         try:
             config = imageconfig.commit_config(

@@ -82,14 +82,17 @@ class Lifecycle:
 
     async def send_signal(self, c: Container, sig: int) -> None:
         """Send ``sig`` to the init; a paused container is thawed so that it can act on it."""
-        if c.live is None:
+        live = c.live
+        if live is None:
             return
         with contextlib.suppress(RuntimeFailure):
             await self.runtime.kill(c.id, sig)
         if c.state.status is State.PAUSED:
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.resume(c.id)
-            transition(c.state, "thawed")
+            # the supervisor may have recorded the exit meanwhile: never mark that running
+            if c.live is live and c.state.status is State.PAUSED:
+                transition(c.state, "thawed")
 
     async def restart(self, c: Container, timeout: int | None) -> None:
         async with c.lock:
@@ -141,6 +144,8 @@ class Lifecycle:
                 if await self.runner.settle_exit(c):  # it exited meanwhile: not running
                     require(c.state.status, verb, c.id)
                 raise
+            if c.live is None:  # it exited while the runtime froze or thawed it
+                require(c.state.status, verb, c.id)
             transition(c.state, "paused" if verb == "pause" else "unpaused")
             await self.save(c)
             c.notify()

@@ -8,6 +8,8 @@ import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import trio
+
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import parse_link
 from svc.engine.containers.state import State
@@ -62,18 +64,20 @@ class ContainerNetworking:
                                f"{net.name}")
             config = _endpoint_config(cfg)
             attached = False
-            if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-                ipam = config.get("IPAMConfig") or {}
-                nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
-                             str(ipam.get("IPv4Address") or ""),
-                             list(config.get("Aliases") or []),
-                             str(ipam.get("IPv6Address") or ""),
-                             links=list(config.get("Links") or []))
-                await nets.attach(c.id, c.live.pid, net, default_route=False, announce=False)
-                attached = True
-            c.net_config[net.id] = config
-            await self.save(c)
-            c.notify()
+            with trio.CancelScope(shield=True):  # wired and recorded, or neither
+                if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
+                    ipam = config.get("IPAMConfig") or {}
+                    nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
+                                 str(ipam.get("IPv4Address") or ""),
+                                 list(config.get("Aliases") or []),
+                                 str(ipam.get("IPv6Address") or ""),
+                                 links=list(config.get("Links") or []))
+                    await nets.attach(c.id, c.live.pid, net, default_route=False,
+                                      announce=False)
+                    attached = True
+                c.net_config[net.id] = config
+                await self.save(c)
+                c.notify()
         if attached:  # once the connection is recorded too
             nets.announce("connect", c.id, net)
 

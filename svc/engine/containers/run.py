@@ -187,6 +187,21 @@ class Runner:
         self.event(c, "die", exitCode=str(code))
 
     async def _create(self, c: Container) -> tuple[Live, ContainerPipes | None]:
+        # the start holds the overlay like a reader until its process runs (an archive
+        # reader finishing meanwhile must not unmount it under runc create)
+        c.fs_users += 1
+        created = False
+        try:
+            out = await self._create_mounted(c)
+            created = True
+            return out
+        finally:
+            c.fs_users -= 1
+            if not created:  # its teardown left the overlay to this hold: release it
+                with trio.CancelScope(shield=True):
+                    await self.unmount(c, unless_used=True)
+
+    async def _create_mounted(self, c: Container) -> tuple[Live, ContainerPipes | None]:
         await self.mount(c)
         pipes: ContainerPipes | None = None
         try:
@@ -347,15 +362,18 @@ class Runner:
         cgroup = self.cgroup_of(c)
         if self.d.cgroups.exists(cgroup):
             await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
-        if c.fs_users == 0:  # else the last archive reader unmounts
-            await self.unmount(c)
+        await self.unmount(c, unless_read=True)  # else the last archive reader unmounts
         await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
 
-    async def unmount(self, c: Container, *, unless_used: bool = False) -> None:
-        """Unmount the overlay; ``unless_used``: only if no archive reader and no process
-        holds it, decided under the mount lock (a reader or a start may be mounting)."""
+    async def unmount(self, c: Container, *, unless_used: bool = False,
+                      unless_read: bool = False) -> None:
+        """Unmount the overlay; ``unless_read``: only if no archive reader (or starting run)
+        holds it; ``unless_used``: nor a process. Decided under the mount lock, where a
+        reader or a start takes its hold."""
         async with c.mount_lock:
-            if unless_used and (c.fs_users or c.live is not None):
+            if (unless_read or unless_used) and c.fs_users:
+                return
+            if unless_used and c.live is not None:
                 return
             await trio.to_thread.run_sync(unmount_quietly, c.rootfs)
 

@@ -118,13 +118,14 @@ def lookup(mine: list[tuple[Network, EndpointInfo]], name: str) -> list[str] | N
     for net, own in mine:
         if net.builtin:
             continue
+        wanted = name
         for entry in own.links:  # a link's alias, seen by the linking container only
-            target, _, alias = entry.partition(":")
+            target, _, alias = entry.partition(":")  # checked (links.parse_link) when made
             if name == (alias or target).lstrip("/").lower():
-                name = target.lstrip("/").lower()
+                wanted = target.lstrip("/").lower()  # on this network only
         for other, info in net.endpoints.items():
             names = {info.container.lstrip("/").lower(), other[:12],
                      *(a.lower() for a in info.aliases)}
-            if info.attached and name in names:
+            if info.attached and wanted in names:
                 found.append(info.endpoint.address)
     return found or None

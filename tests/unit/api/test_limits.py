@@ -67,3 +67,14 @@ def test_head_timeout_counts_from_the_first_byte() -> None:
     assert not g.overdue(10**9)  # idle between requests: never
     g.on_data(b"GE", 500.0)
     assert g.overdue(500.0 + limits.HEAD_TIMEOUT + 1)
+
+
+def test_runtime_errors_map_to_what_they_say() -> None:
+    """A runtime's 'no such container' is a 404 and its state conflicts a 409 (they were
+    500s: the runtime failure came first in their bases)."""
+    from svc.api.errors import status_of
+    from svc.runtime.protocol import ContainerNotFound, ContainerStateConflict, RuntimeFailure
+
+    assert status_of(ContainerNotFound("container x does not exist")) == 404
+    assert status_of(ContainerStateConflict("container not running")) == 409
+    assert status_of(RuntimeFailure("runc exploded")) == 500
