@@ -27,16 +27,24 @@ async def exec_create(api: httpx.AsyncClient, cid: str, cmd: list[str],
     return r.json()["Id"] if status == 201 else r.text
 
 
-async def exec_run(d: Daemon, exec_id: str, stdin: bytes | None = None,
-                   tty: bool = False) -> bytes:
+async def exec_upgrade(d: Daemon, exec_id: str,
+                       body: dict[str, object]) -> tuple[trio.SocketStream, bytearray]:
+    """Start an exec as the CLI does (upgrade to a raw stream); the stream and what came
+    after the 101 head."""
     s = await connect(d.sock)
-    body = json.dumps({"Detach": False, "Tty": tty}).encode()
+    raw = json.dumps(body).encode()
     await s.send_all(f"POST /exec/{exec_id}/start HTTP/1.1\r\nHost: svc\r\nContent-Type: "
-                     f"application/json\r\nContent-Length: {len(body)}\r\nUpgrade: tcp\r\n"
-                     "Connection: Upgrade\r\n\r\n".encode() + body)
+                     f"application/json\r\nContent-Length: {len(raw)}\r\nUpgrade: tcp\r\n"
+                     "Connection: Upgrade\r\n\r\n".encode() + raw)
     buf = bytearray()
     head = await read_head(s, buf)
     assert head.startswith(b"HTTP/1.1 101"), head
+    return s, buf
+
+
+async def exec_run(d: Daemon, exec_id: str, stdin: bytes | None = None,
+                   tty: bool = False) -> bytes:
+    s, buf = await exec_upgrade(d, exec_id, {"Detach": False, "Tty": tty})
     if stdin is not None:
         await s.send_all(stdin)
         await s.send_eof()

@@ -13,8 +13,8 @@ import trio
 
 from tests.conftest import run_sdk
 from tests.containers.conftest import IMAGE, create, inspect
+from tests.containers.test_exec_stats import exec_upgrade
 from tests.support.daemon import Daemon, _free_subnet
-from tests.support.http import connect, read_head
 
 
 @pytest.fixture
@@ -60,18 +60,6 @@ async def test_start_update_commit_with_folded_names(fapi: httpx.AsyncClient) ->
     assert config["Cmd"] == ["echo", "committed"] and config["Labels"] == {"Key": "v"}
 
 
-async def _exec_start_tty(d: Daemon, exec_id: str) -> tuple[trio.SocketStream, bytearray]:
-    s = await connect(d.sock)
-    body = json.dumps({"detach": False, "tty": True}).encode()
-    await s.send_all(f"POST /exec/{exec_id}/start HTTP/1.1\r\nHost: svc\r\nContent-Type: "
-                     f"application/json\r\nContent-Length: {len(body)}\r\nUpgrade: tcp\r\n"
-                     "Connection: Upgrade\r\n\r\n".encode() + body)
-    buf = bytearray()
-    head = await read_head(s, buf)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return s, buf
-
-
 async def test_exec_create_with_folded_names(cdaemon: Daemon, fapi: httpx.AsyncClient) -> None:
     cid = (await create(fapi, ["sleep", "300"]))["Id"]
     assert (await fapi.post(f"/containers/{cid}/start")).status_code == 204
@@ -82,7 +70,7 @@ async def test_exec_create_with_folded_names(cdaemon: Daemon, fapi: httpx.AsyncC
     eid = r.json()["Id"]
     info = (await fapi.get(f"/exec/{eid}/json")).json()
     assert info["OpenStdout"] and info["OpenStdin"] and info["ProcessConfig"]["tty"]
-    s, buf = await _exec_start_tty(cdaemon, eid)
+    s, buf = await exec_upgrade(cdaemon, eid, {"detach": False, "tty": True})
     await s.send_all(b"echo in-$((40+2))\n")
     with trio.fail_after(10):
         while b"in-42" not in buf:
