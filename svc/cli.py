@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "their resolv.conf, and the embedded server's upstream on user networks")
     p.add_argument("--bip", help="the default bridge's gateway address and subnet "
                    "(default 172.17.0.1/16)")
+    p.add_argument("--insecure-registry", dest="insecure_registries", action="append",
+                   help="a registry (host[:port]) or CIDR reached over plain HTTP or "
+                        "unverified TLS (repeatable; loopback always is)")
+    p.add_argument("--registry-mirror", dest="registry_mirrors", action="append",
+                   help="a mirror (https://host) tried before Docker Hub (repeatable)")
+    p.add_argument("--registry-config-dir", dest="registry_config_dir", type=Path,
+                   help="directory holding certs.d/<host:port>/ with a registry's ca.crt, "
+                        "client.cert and client.key (default /etc/svc)")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=int,
                    help="seconds a container gets to stop when the daemon shuts down "
                         "(default 10; then it is killed)")
@@ -87,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 # argparse dest -> the config-file key (DaemonConfig alias)
 _DEST_TO_KEY = {"exec_root": "exec-root", "api_cors_header": "api-cors-header",
                 "log_level": "log-level", "cgroup_parent": "cgroup-parent",
-                "shutdown_timeout": "shutdown-timeout"}
+                "shutdown_timeout": "shutdown-timeout",
+                "insecure_registries": "insecure-registries",
+                "registry_mirrors": "registry-mirrors",
+                "registry_config_dir": "registry-config-dir"}
 
 
 def load_config(argv: Sequence[str]) -> DaemonConfig | None:

@@ -49,6 +49,10 @@ class DaemonConfig(BaseModel):
     bridge: str = Field("svc0", alias="bridge")
     bip: str = Field("172.17.0.1/16", alias="bip")
     dns: list[str] = Field(default_factory=list, alias="dns")
+    insecure_registries: list[str] = Field(default_factory=list, alias="insecure-registries")
+    registry_mirrors: list[str] = Field(default_factory=list, alias="registry-mirrors")
+    # the directory holding certs.d/<host:port>/{ca.crt,client.cert,client.key}
+    registry_config_dir: Path = Field(Path("/etc/svc"), alias="registry-config-dir")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -39,6 +39,7 @@ from svc.config import DaemonConfig
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
 from svc.memory import scavenge
+from svc.registry.transport import RegistryConfig
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.runc import Runc
 from svc.storage.lock import RootInUse
@@ -96,6 +97,14 @@ def release_pidfile(path: Path) -> None:
             path.unlink()
 
 
+def registry_config(config: DaemonConfig) -> RegistryConfig:
+    """The registry adapter's settings from the daemon's flags and config file."""
+    return RegistryConfig(certs_dir=config.registry_config_dir,
+                          insecure_registries=tuple(config.insecure_registries),
+                          registry_mirrors=tuple(m.rstrip("/") for m in config.registry_mirrors),
+                          user_agent=f"svc/{SVC_VERSION}")
+
+
 def host_adapters(config: EngineConfig) -> Adapters:
     """The engine's adapters on this host: runc (or the configured runtime, which speaks
     runc's command line), the cgroup v1 tree, the on-disk store under the root."""
@@ -129,6 +138,7 @@ def run_daemon(config: DaemonConfig,
                                          shutdown_timeout=config.shutdown_timeout,
                                          bridge=config.bridge, bip=config.bip,
                                          dns=tuple(config.dns),
+                                         registry=registry_config(config),
                                          debug=config.effective_log_level == "debug")
             engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip

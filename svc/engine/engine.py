@@ -24,6 +24,7 @@ from svc.engine.networks.service import NetworkService
 from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
+from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
 from svc.runtime.process import Launches, host_capabilities, reap_orphans, set_subreaper
@@ -46,6 +47,7 @@ class EngineConfig:
     bridge: str = "svc0"
     bip: str = "172.17.0.1/16"
     dns: tuple[str, ...] = ()
+    registry: RegistryConfig = RegistryConfig()
 
 
 @dataclass(frozen=True)
@@ -202,4 +204,5 @@ class Engine:
             engine_id=self.engine_id, root=self.config.root, runtime=self.config.runtime,
             debug=self.config.debug, containers=self.containers.counts(),
             images=len(self.images.images), listeners=self.events.listeners,
+            registry=self.config.registry,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 import platform
 import secrets
@@ -19,6 +20,7 @@ from svc.models.system import (
     SystemInfo,
     VersionInfo,
 )
+from svc.registry.transport import RegistryConfig as Registries
 from svc.runtime import host
 from svc.version import API_VERSION_STR, MIN_API_VERSION_STR, SVC_VERSION
 from svc.wire.timefmt import rfc3339_nano
@@ -108,9 +110,30 @@ def count_tasks() -> int:
     return n
 
 
+def registry_info(config: Registries) -> RegistryConfig:
+    """/info's RegistryConfig as dockerd shows it: CIDRs (loopback always) in
+    InsecureRegistryCIDRs, named insecure registries as IndexConfigs with Secure false, the
+    mirrors on docker.io's entry and at the top."""
+    cidrs = ["127.0.0.0/8"]
+    indexes = {"docker.io": IndexInfo(Name="docker.io", Official=True, Secure=True,
+                                      Mirrors=list(config.registry_mirrors))}
+    for entry in config.insecure_registries:
+        try:  # only "addr/len" is a CIDR (dockerd's net.ParseCIDR); the rest name a registry
+            net = str(ipaddress.ip_network(entry, strict=False)) if "/" in entry else ""
+        except ValueError:
+            net = ""
+        if not net:
+            indexes[entry] = IndexInfo(Name=entry, Official=False, Secure=False)
+            continue
+        if net not in cidrs:
+            cidrs.append(net)
+    return RegistryConfig(IndexConfigs=indexes, InsecureRegistryCIDRs=cidrs,
+                          Mirrors=list(config.registry_mirrors))
+
+
 def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 containers: tuple[int, int, int, int], images: int,
-                listeners: int) -> SystemInfo:
+                listeners: int, registry: Registries) -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -137,10 +160,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         KernelVersion=host.kernel_version(), OperatingSystem=host.operating_system(),
         OSType="linux", Architecture=host.machine(),
         IndexServerAddress="https://index.docker.io/v1/",
-        RegistryConfig=RegistryConfig(
-            IndexConfigs={"docker.io": IndexInfo(Name="docker.io", Official=True, Secure=True)},
-            InsecureRegistryCIDRs=["127.0.0.0/8"],
-        ),
+        RegistryConfig=registry_info(registry),
         InitSha1="", InitPath="",
         NCPU=host.ncpu(), MemTotal=host.mem_total(),
         SvcRootDir=str(root), DockerRootDir=str(root),

@@ -67,6 +67,7 @@ class ProgressMessage(WireModel):
     progressDetail: dict[str, int] | None = None
     error: str | None = None
     errorDetail: dict[str, str] | None = None
+    aux: dict[str, Any] | None = None
 
     def line(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode() + b"\r\n"

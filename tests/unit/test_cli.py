@@ -66,3 +66,36 @@ def test_config_file_synonym_clash(tmp_path: Path) -> None:
     f.write_text(json.dumps({"graph": "/a", "data-root": "/b"}))
     with pytest.raises(ConfigError, match="'graph' and 'data-root' set the same directive"):
         load_config(["--config-file", str(f)])
+
+
+def test_registry_flags_and_their_info(tmp_path: Path) -> None:
+    from svc.daemon import registry_config
+    from svc.engine.system import registry_info
+
+    config = load_config(["--config-file", str(_empty_file(tmp_path)),
+                          "--insecure-registry", "10.0.0.0/8",
+                          "--insecure-registry", "reg.local:5000",
+                          "--registry-mirror", "https://mirror.local/"])
+    assert config is not None
+    registries = registry_config(config)
+    assert registries.insecure_registries == ("10.0.0.0/8", "reg.local:5000")
+    assert registries.registry_mirrors == ("https://mirror.local",)
+    info = registry_info(registries)
+    assert info.InsecureRegistryCIDRs == ["127.0.0.0/8", "10.0.0.0/8"]
+    assert info.IndexConfigs["reg.local:5000"].Secure is False
+    assert info.IndexConfigs["docker.io"].Mirrors == ["https://mirror.local"]
+    assert info.Mirrors == ["https://mirror.local"]
+
+
+def test_registry_settings_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text('{"insecure-registries": ["r:1"], "registry-mirrors": ["https://m"]}')
+    config = load_config(["--config-file", str(path)])
+    assert config is not None
+    assert config.insecure_registries == ["r:1"] and config.registry_mirrors == ["https://m"]
+
+
+def _empty_file(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.json"
+    path.write_text("{}")
+    return path
