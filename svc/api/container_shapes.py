@@ -11,6 +11,7 @@ from svc.engine.containers.links import parse_link
 from svc.engine.containers.state import State, human_duration, status_text
 from svc.engine.images.service import ImageService
 from svc.engine.networks import ports
+from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.service import NetworkService
 from svc.errors import InvalidParameter, SvcError
 from svc.models.containers import (
@@ -43,7 +44,7 @@ def state_body(c: Container) -> ContainerStateBody:
 
 
 def _network_name(c: Container) -> str:
-    mode = str(c.host_config.get("NetworkMode") or "default")
+    mode = c.host_config.NetworkMode or "default"
     return "bridge" if mode == "default" else mode
 
 
@@ -58,20 +59,19 @@ def network_settings(c: Container, nets: NetworkService) -> NetworkSettingsBody:
     port_map = ports.port_map(c.host_config, c.config, nets.published(c.id))
     attached = {net.id: (net, info) for net, info in nets.of_container(c.id)}
     try:
-        planned = nets.plan(str(c.host_config.get("NetworkMode") or "default"), c.net_config)
+        planned = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
     except SvcError:
         planned = []
     if mode in ("host", "none"):
         try:
-            planned = [(nets.resolve(mode), {})]
+            planned = [(nets.resolve(mode), EndpointPlan())]
         except SvcError:
             planned = []
     body = NetworkSettingsBody(Networks={}, SandboxKey=key,
                                Ports=port_map if mode not in ("host", "none") else None)
     for net, cfg in planned:
-        es = EndpointSettings(NetworkID=net.id, Aliases=cfg.get("Aliases") or None,
-                              IPAMConfig=cfg.get("IPAMConfig") or None,
-                              Links=cfg.get("Links") or None)
+        es = EndpointSettings(NetworkID=net.id, Aliases=list(cfg.aliases) or None,
+                              IPAMConfig=cfg.ipam_body(), Links=list(cfg.links) or None)
         if net.id in attached and not net.builtin and c.short_id not in (es.Aliases or []):
             # dockerd adds the short id to a user network's aliases when it connects
             es = es.model_copy(update={"Aliases": [*(es.Aliases or []), c.short_id]})
@@ -93,17 +93,23 @@ def network_settings(c: Container, nets: NetworkService) -> NetworkSettingsBody:
 
 
 def mounts(c: Container) -> list[MountPoint]:
-    return [MountPoint(Name=m["Name"], Source=m["Source"], Destination=m["Destination"],
-                       Driver=m["Driver"], Mode=m["Mode"], RW=m["RW"],
-                       Propagation=m["Propagation"]) for m in c.mounts]
+    return [MountPoint(Name=m.Name, Source=m.Source, Destination=m.Destination,
+                       Driver=m.Driver, Mode=m.Mode, RW=m.RW,
+                       Propagation=m.Propagation) for m in c.mounts]
 
 
 def _host_config(c: Container) -> dict[str, Any]:
-    """The record's HostConfig, its links shown as dockerd shows them: ``/target:/linker/
-    alias`` (the form docker-py's and the CLI's code parse)."""
-    links = c.host_config.get("Links")
+    """The HostConfig object of inspect: ``Mounts`` (v1.25's) only when a client sent it,
+    ``Tmpfs`` only when set, as dockerd omits them; links shown as dockerd shows them:
+    ``/target:/linker/alias`` (the form docker-py's and the CLI's code parse)."""
+    out = c.host_config.model_dump()
+    if out.get("Mounts") is None:
+        out.pop("Mounts", None)
+    if not out.get("Tmpfs"):
+        out.pop("Tmpfs", None)
+    links = c.host_config.Links
     if not links:
-        return c.host_config
+        return out
     shown = []
     for entry in links:
         try:
@@ -111,7 +117,8 @@ def _host_config(c: Container) -> dict[str, Any]:
         except InvalidParameter:
             continue
         shown.append(f"/{target}:{c.name}/{alias}")
-    return dict(c.host_config, Links=shown or None)
+    out["Links"] = shown or None
+    return out
 
 
 def inspect(c: Container, images: ImageService, nets: NetworkService, version: Version,
@@ -152,7 +159,7 @@ def inspect(c: Container, images: ImageService, nets: NetworkService, version: V
 
 
 def _config(c: Container, version: Version) -> dict[str, Any]:
-    cfg = dict(c.config)
+    cfg = c.config.model_dump()
     if version < (1, 21):
         cfg.pop("StopSignal", None)
     if version < (1, 17):
@@ -204,11 +211,10 @@ def _summary(c: Container, nets: NetworkService, names: list[str], version: Vers
                                   IP=e["HostIp"] if e else None,
                                   PublicPort=int(e["HostPort"]) if e else None))
     body = ContainerSummary(
-        Id=c.id, Names=names, Image=str(c.config.get("Image") or c.image_id),
+        Id=c.id, Names=names, Image=c.config.Image or c.image_id,
         ImageID=c.image_id, Command=command_text(c), Created=c.created_ns // 10**9,
-        Ports=port_list, Labels=dict(c.config.get("Labels") or {}), State=st.status.value,
-        Status=status, HostConfig={"NetworkMode": str(c.host_config.get("NetworkMode")
-                                                      or "default")},
+        Ports=port_list, Labels=dict(c.config.Labels or {}), State=st.status.value,
+        Status=status, HostConfig={"NetworkMode": c.host_config.NetworkMode or "default"},
         NetworkSettings={"Networks": {k: v.model_dump() for k, v in net.Networks.items()}},
         Mounts=mounts(c), SizeRw=sizes[0] if sizes else None,
         SizeRootFs=sizes[1] if sizes else None,
@@ -236,7 +242,7 @@ def _summary(c: Container, nets: NetworkService, names: list[str], version: Vers
 def fallback_summary(c: Container, names: list[str]) -> dict[str, Any]:
     """What the list shows of a container whose record cannot be shaped in full (reported
     in the log): the fields that need nothing but the record's identity."""
-    return {"Id": c.id, "Names": names, "Image": str(c.config.get("Image") or c.image_id),
+    return {"Id": c.id, "Names": names, "Image": c.config.Image or c.image_id,
             "ImageID": c.image_id, "Command": "", "Created": c.created_ns // 10**9,
             "Ports": [], "Labels": {}, "State": c.state.status.value, "Status": _status(c),
             "HostConfig": {"NetworkMode": "default"}, "NetworkSettings": {"Networks": {}},

@@ -18,7 +18,7 @@ from svc.api.detachkeys import parse_detach_keys
 from svc.api.hijack import hijack
 from svc.api.params import json_body, parse_bool, qbool, qfilters, qint, qstr
 from svc.api.shaping import json_response
-from svc.api.streaming import StreamBody, direct_head, send_chunks, send_chunks_from_thread
+from svc.api.streaming import respond_chunked, respond_chunked_from_thread
 from svc.api.versioning import api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ContainersBackend
@@ -212,8 +212,7 @@ async def stats(ref: str) -> Response:
                 yield json.dumps(shapes.stats(doc, version), separators=(",", ":")).encode() \
                     + b"\n"
 
-    return Response(StreamBody(body(), lambda: None), status=200,
-                    content_type="application/json")
+    return await respond_chunked(body(), content_type="application/json")
 
 
 @bp.websocket("/containers/<ref>/attach/ws")
@@ -296,9 +295,7 @@ async def wait(ref: str) -> Response:
         code = await svc.wait_exit(c, after)
         yield WaitResponse(StatusCode=code).model_dump_json().encode() + b"\n"
 
-    resp = Response(StreamBody(body(), lambda: None), status=200,
-                    content_type="application/json")
-    return resp
+    return await respond_chunked(body(), content_type="application/json")
 
 
 # -- logs -----------------------------------------------------------------------------------
@@ -329,21 +326,13 @@ async def logs(ref: str) -> Response:
                 from None
         tail = None if tail < 0 else tail
     timestamps, follow = qbool("timestamps"), qbool("follow")
-    # The body is written straight to the socket (hypercorn's path costs more CPU than
-    # reading the log does); a chunked body, then the connection closes.
-    raw = await hijack(request, head=direct_head(RAW_STREAM))
-    raw.grow_send_buffer()
-    try:
-        if follows(c, follow):
-            await send_chunks(raw, log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns,
-                                              tail=tail, timestamps=timestamps, follow=True))
-        else:
-            await send_chunks_from_thread(raw, read_log(
-                c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
-                timestamps=timestamps))
-    finally:
-        await raw.aclose()
-    return Response(b"")
+    if follows(c, follow):
+        return await respond_chunked(
+            log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                       timestamps=timestamps, follow=True), content_type=RAW_STREAM)
+    return await respond_chunked_from_thread(
+        read_log(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                 timestamps=timestamps), content_type=RAW_STREAM)
 
 
 # -- filesystem -----------------------------------------------------------------------------

@@ -135,8 +135,7 @@ async def connect(ref: str) -> Response:
     body = await json_body(ConnectBody)
     assert body is not None
     svc = _backend.get().containers
-    cfg = body.EndpointConfig.model_dump(exclude_none=True) if body.EndpointConfig else {}
-    await svc.connect(svc.resolve(body.Container), ref, cfg)
+    await svc.connect(svc.resolve(body.Container), ref, body.EndpointConfig)
     return Response(b"", status=200)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from svc.engine.containers import security_opts
 from svc.engine.networks.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
-from svc.models.containers import CreateBody, HostConfigBody
+from svc.models.containers import ContainerConfig, CreateBody, HostConfigBody
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
 from svc.storage.jsonlog.options import parse_log_opts
@@ -58,52 +58,48 @@ def _merge_env(image_env: list[str], user_env: list[str]) -> list[str]:
 
 
 def merge_config(body: CreateBody, image_config: dict[str, Any],
-                 container_id: str) -> tuple[dict[str, Any], str, list[str]]:
+                 container_id: str) -> tuple[ContainerConfig, str, list[str]]:
     """The container's Config (image defaults filled in) and its Path and Args."""
-    cfg = body.model_dump(exclude={"HostConfig"})
+    cfg = ContainerConfig.model_validate(body.model_dump(exclude={"HostConfig",
+                                                                   "NetworkingConfig"}))
     img = image_config or {}
-    for env in cfg.get("Env") or []:
-        if not isinstance(env, str) or not env.split("=", 1)[0]:
+    for env in cfg.Env or []:
+        if not env.split("=", 1)[0]:
             raise InvalidParameter(f"invalid environment variable: {env!r}")
-    cfg["Env"] = _merge_env(list(img.get("Env") or []), list(cfg.get("Env") or []))
-    if not cfg.get("Entrypoint"):
-        if not cfg.get("Cmd"):
-            cfg["Cmd"] = img.get("Cmd")
-        if cfg.get("Entrypoint") is None:
-            cfg["Entrypoint"] = img.get("Entrypoint")
-    for key in ("User", "WorkingDir", "StopSignal"):
-        if not cfg.get(key) and img.get(key):
-            cfg[key] = img[key]
-    for spec in cfg.get("ExposedPorts") or {}:
+    cfg.Env = _merge_env(list(img.get("Env") or []), list(cfg.Env or []))
+    if not cfg.Entrypoint:
+        if not cfg.Cmd:
+            cfg.Cmd = img.get("Cmd")
+        if cfg.Entrypoint is None:
+            cfg.Entrypoint = img.get("Entrypoint")
+    cfg.User = cfg.User or str(img.get("User") or "")
+    cfg.WorkingDir = cfg.WorkingDir or str(img.get("WorkingDir") or "")
+    cfg.StopSignal = cfg.StopSignal or str(img.get("StopSignal") or "")
+    for spec in cfg.ExposedPorts or {}:
         parse_port(spec)  # 400 now, never a list that cannot be shown later
-    img = dict(img, ExposedPorts={k: v for k, v in (img.get("ExposedPorts") or {}).items()
-                                  if valid_port(k)} or None)
-    for key in ("ExposedPorts", "Volumes"):
-        merged = dict(img.get(key) or {})
-        merged.update(cfg.get(key) or {})
-        cfg[key] = merged or None
-    labels = dict(img.get("Labels") or {})
-    labels.update(cfg.get("Labels") or {})
-    cfg["Labels"] = labels
-    if not cfg.get("Hostname"):
-        cfg["Hostname"] = container_id[:12]
-    if cfg.get("WorkingDir") and not str(cfg["WorkingDir"]).startswith("/"):
-        raise InvalidParameter(f"the working directory '{cfg['WorkingDir']}' is invalid, it "
+    image_ports = {k: v for k, v in (img.get("ExposedPorts") or {}).items() if valid_port(k)}
+    cfg.ExposedPorts = {**image_ports, **(cfg.ExposedPorts or {})} or None
+    cfg.Volumes = {**(img.get("Volumes") or {}), **(cfg.Volumes or {})} or None
+    cfg.Labels = {**(img.get("Labels") or {}), **(cfg.Labels or {})}
+    if not cfg.Hostname:
+        cfg.Hostname = container_id[:12]
+    if cfg.WorkingDir and not cfg.WorkingDir.startswith("/"):
+        raise InvalidParameter(f"the working directory '{cfg.WorkingDir}' is invalid, it "
                                "needs to be absolute")
-    if cfg.get("StopSignal"):
+    if cfg.StopSignal:
         try:
-            signal_number(cfg["StopSignal"])
+            signal_number(cfg.StopSignal)
         except ValueError:
-            raise InvalidParameter(f"Invalid signal: {cfg['StopSignal']}") from None
-    command = [*(cfg.get("Entrypoint") or []), *(cfg.get("Cmd") or [])]
+            raise InvalidParameter(f"Invalid signal: {cfg.StopSignal}") from None
+    command = [*(cfg.Entrypoint or []), *(cfg.Cmd or [])]
     if not command:
         raise InvalidParameter("No command specified")
     return cfg, command[0], command[1:]
 
 
-def stop_signal(config: dict[str, Any]) -> int:
+def stop_signal(config: ContainerConfig) -> int:
     try:
-        return signal_number(config.get("StopSignal") or "SIGTERM")
+        return signal_number(config.StopSignal or "SIGTERM")
     except ValueError:
         return int(signal.SIGTERM)
 
@@ -320,17 +316,12 @@ def _drop_missing_knobs(hc: HostConfigBody, knobs: Knobs) -> list[str]:
     return w
 
 
-def host_config_record(hc: HostConfigBody) -> dict[str, Any]:
-    """The HostConfig as inspect shows it (dockerd fills a few defaults)."""
-    out = hc.model_dump()
-    if out.get("Mounts") is None:
-        out.pop("Mounts", None)  # v1.25's field: shown only when a client sent it
-    if not out.get("Tmpfs"):
-        out.pop("Tmpfs", None)  # omitted when empty, as dockerd does
-    if not out.get("NetworkMode"):
-        out["NetworkMode"] = "default"
-    if not out["LogConfig"].get("Type"):
-        out["LogConfig"] = {"Type": "json-file", "Config": out["LogConfig"].get("Config") or {}}
-    elif out["LogConfig"].get("Config") is None:
-        out["LogConfig"]["Config"] = {}
-    return out
+def fill_host_defaults(hc: HostConfigBody) -> HostConfigBody:
+    """The defaults dockerd fills into a stored HostConfig (network mode, log driver)."""
+    if not hc.NetworkMode:
+        hc.NetworkMode = "default"
+    if not hc.LogConfig.Type:
+        hc.LogConfig.Type = "json-file"
+    if hc.LogConfig.Config is None:
+        hc.LogConfig.Config = {}
+    return hc

@@ -17,7 +17,11 @@ from typing import Any
 import trio
 
 from svc.engine.containers.attach import OutputHub
+from svc.engine.containers.mounts import MountPoint
 from svc.engine.containers.state import State
+from svc.engine.networks.endpoints import EndpointPlan
+from svc.models.containers import ContainerConfig
+from svc.models.containers import HostConfigBody as HostConfig
 from svc.storage.jsonlog.writer import JsonLogWriter
 
 ID_BYTES = 32
@@ -72,8 +76,8 @@ class Container:
     created_ns: int
     path: str
     args: list[str]
-    config: dict[str, Any]  # the Config object of inspect (image defaults merged)
-    host_config: dict[str, Any]  # the HostConfig object of inspect
+    config: ContainerConfig  # validated at create, image defaults merged
+    host_config: HostConfig  # validated at create, dockerd's defaults filled in
     image_id: str
     state: RunState = field(default_factory=RunState)
     restart_count: int = 0
@@ -88,8 +92,8 @@ class Container:
     mount_lock: trio.Lock = field(default_factory=trio.Lock)
     changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
-    mounts: list[dict[str, Any]] = field(default_factory=list)  # mounts.plan
-    net_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # by network id
+    mounts: list[MountPoint] = field(default_factory=list)  # mounts.plan
+    net_config: dict[str, EndpointPlan] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
     hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
@@ -108,7 +112,7 @@ class Container:
 
     @property
     def tty(self) -> bool:
-        return bool(self.config.get("Tty"))
+        return self.config.Tty
 
     @property
     def log_path(self) -> Path:
@@ -148,30 +152,34 @@ class Container:
         self.changed = trio.Event()
 
     def log_driver(self) -> str:
-        return str((self.host_config.get("LogConfig") or {}).get("Type") or "json-file")
+        return self.host_config.LogConfig.Type or "json-file"
 
     def record(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "created_ns": self.created_ns,
-                "path": self.path, "args": self.args, "config": self.config,
-                "host_config": self.host_config, "image_id": self.image_id,
+                "path": self.path, "args": self.args,
+                "config": self.config.model_dump(mode="json"),
+                "host_config": self.host_config.model_dump(mode="json"), "image_id": self.image_id,
                 "state": self.state.record(), "restart_count": self.restart_count,
                 "has_been_started": self.has_been_started,
-                "manually_stopped": self.manually_stopped, "mounts": self.mounts,
-                "net_config": self.net_config}
+                "manually_stopped": self.manually_stopped,
+                "mounts": [m.model_dump() for m in self.mounts],
+                "net_config": {k: v.record() for k, v in self.net_config.items()}}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
         cid = str(rec["id"])
         return cls(id=cid, name=str(rec["name"]), created_ns=int(rec["created_ns"]),
                    path=str(rec["path"]), args=[str(a) for a in rec["args"]],
-                   config=dict(rec["config"]), host_config=dict(rec["host_config"]),
+                   config=ContainerConfig.model_validate(rec["config"]),
+                   host_config=HostConfig.model_validate(rec["host_config"]),
                    image_id=str(rec["image_id"]),
                    state=RunState.from_record(dict(rec.get("state") or {})),
                    restart_count=int(rec.get("restart_count", 0)),
                    has_been_started=bool(rec.get("has_been_started", False)),
                    manually_stopped=bool(rec.get("manually_stopped", False)),
-                   mounts=[dict(m) for m in rec.get("mounts") or []],
-                   net_config={str(k): dict(v) for k, v in (rec.get("net_config") or {}).items()},
+                   mounts=[MountPoint.model_validate(m) for m in rec.get("mounts") or []],
+                   net_config={str(k): EndpointPlan.from_record(dict(v))
+                               for k, v in (rec.get("net_config") or {}).items()},
                    dir=containers_dir / cid)
 
 

@@ -200,8 +200,7 @@ class ExecService:
         spec = json.loads((self.runner.bundle_dir(c) / "config.json").read_text())
         proc: dict[str, Any] = spec["process"]
         user = resolve_user(Path(f"/proc/{init_pid}/root"),
-                            inst.user or str(c.config.get("User") or ""),
-                            c.host_config.get("GroupAdd"))
+                            inst.user or c.config.User, c.host_config.GroupAdd)
         proc["args"] = inst.cmd
         proc["terminal"] = inst.tty
         proc["user"] = {"uid": user.uid, "gid": user.gid}

@@ -6,9 +6,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from svc.errors import InvalidParameter
 from svc.storage.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from svc.engine.containers.container import Container
 
 HOST_RESOLV = Path("/etc/resolv.conf")
 DEFAULT_DNS = ("8.8.8.8", "8.8.4.4")
@@ -116,3 +120,25 @@ def embedded_resolv_conf(search: list[str], options: list[str],
 def write(path: Path, data: bytes) -> None:
     """Rewritten at every start, so not fsynced."""
     atomic_write(path, data, mode=0o644, durable=False)
+
+
+def write_etc(c: Container, address: str | None, link_hosts: list[tuple[str, str]], *,
+              embedded_dns: bool, upstream: list[str]) -> None:
+    """Blocking: the container's hostname, hosts and resolv.conf files (bound over /etc's):
+    with the embedded DNS server (user networks) resolv.conf names the daemon, else the
+    Dns servers or the host's ``upstream``."""
+    cfg, hc = c.config, c.host_config
+    host_mode = hc.NetworkMode == "host"
+    extra = check_extra_hosts(list(hc.ExtraHosts or [])) + link_hosts
+    hostname = cfg.Hostname or c.short_id
+    domain = cfg.Domainname
+    write(c.hostname_path, hostname_file(hostname))
+    write(c.hosts_path, hosts_file(hostname, domain, address, extra, host_mode))
+    if embedded_dns:  # the daemon answers there, forwarding to the Dns servers
+        write(c.resolv_conf_path, embedded_resolv_conf(
+            list(hc.DnsSearch or []), list(hc.DnsOptions or [])))
+    else:
+        write(c.resolv_conf_path, resolv_conf(
+            list(hc.Dns or []) or upstream,
+            list(hc.DnsSearch or []), list(hc.DnsOptions or []),
+            host_mode=host_mode))

@@ -87,8 +87,8 @@ class ContainerFS:
         with ``volumes``, its volumes and bind mounts to bind in (JSON). Running or stopped,
         the container's files are seen as dockerd shows them to ``docker cp``: through its
         own mounts, not through a process (whose exit would pull the root away mid-way)."""
-        binds = [[str(m["Source"]), str(m["Destination"]), not m["RW"]] for m in c.mounts
-                 if m.get("Type") in ("bind", "volume") and m.get("Source")] if volumes else []
+        binds = [[str(m.Source), str(m.Destination), not m.RW] for m in c.mounts
+                 if m.Type in ("bind", "volume") and m.Source] if volumes else []
         if c.state.status is State.REMOVING:
             raise NotFound(f"No such container: {c.id}")
         c.fs_users += 1  # a running container's teardown leaves the overlay to the last user
@@ -138,7 +138,7 @@ class ContainerFS:
     async def put(self, c: Container, path: str, body: AsyncIterator[bytes], *,
                   no_overwrite_dir_non_dir: bool) -> None:
         _check_path(path)
-        if c.host_config.get("ReadonlyRootfs") and not _in_rw_bind(c, path):
+        if c.host_config.ReadonlyRootfs and not _in_rw_bind(c, path):
             raise Forbidden("container rootfs is marked read-only")
         if _in_ro_bind(c, path):
             raise Forbidden(f"the volume mounted at {path} is read-only")
@@ -220,7 +220,7 @@ class ContainerFS:
         chain = [*image.chain, layer.chain_id]
         try:
             config = imageconfig.commit_config(
-                image.config, c.config, container_id=c.id, diff_id=layer.diff_id,
+                image.config, c.config.model_dump(), container_id=c.id, diff_id=layer.diff_id,
                 created_ns=time.time_ns(), comment=comment, author=author, changes=changes,
                 overrides=repo_config, empty_layer=False)
             async with self.images.lock:
@@ -243,10 +243,10 @@ def _in_bind(c: Container, path: str) -> tuple[bool, bool]:
     p = "/" + path.strip("/")
     best: tuple[int, bool] | None = None
     for m in c.mounts:
-        dest = "/" + str(m["Destination"]).strip("/")
+        dest = "/" + str(m.Destination).strip("/")
         if (p == dest or p.startswith(dest.rstrip("/") + "/")) and \
                 (best is None or len(dest) > best[0]):
-            best = (len(dest), not m["RW"])
+            best = (len(dest), not m.RW)
     return (False, False) if best is None else (True, best[1])
 
 

@@ -4,7 +4,10 @@ listed under (``/linker/alias``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from svc.engine.containers.container import Container
 
 from svc.errors import InvalidParameter
 
@@ -44,12 +47,12 @@ def environment(alias: str, linker: str, linked_env: list[str], ports: list[tupl
     return env
 
 
-def link_names(containers: list[Any]) -> dict[str, list[str]]:
+def link_names(containers: list[Container]) -> dict[str, list[str]]:
     """Container id -> the ``/linker/alias`` names that links give it (for the list)."""
     by_name = {c.name.lstrip("/"): c.id for c in containers}
     out: dict[str, list[str]] = {}
     for c in containers:
-        for entry in c.host_config.get("Links") or []:
+        for entry in c.host_config.Links or []:
             try:
                 name, alias = parse_link(entry)
             except InvalidParameter:

@@ -23,7 +23,7 @@ STATUSES = tuple(s.value for s in State if s is not State.REMOVING)
 
 
 def _labels_ok(c: Container, wanted: list[str]) -> bool:
-    labels = c.config.get("Labels") or {}
+    labels = c.config.Labels or {}
     for w in wanted:
         key, eq, value = w.partition("=")
         if key not in labels or (eq and labels[key] != value):
@@ -114,10 +114,10 @@ def select(containers: Iterable[Container], images: ImageService,
 
 def _has_volume(c: Container, wanted: list[str]) -> bool:
     """A mount point whose volume name, host source or destination is wanted."""
-    return any(m["Name"] in wanted or m["Source"] in wanted or m["Destination"] in wanted
+    return any(m.Name in wanted or m.Source in wanted or m.Destination in wanted
                for m in c.mounts)
 
 
 def _network(c: Container) -> str:
-    mode = str(c.host_config.get("NetworkMode") or "default")
+    mode = c.host_config.NetworkMode or "default"
     return "bridge" if mode == "default" else mode

@@ -1,13 +1,8 @@
 """A container's mount points, planned at create from VolumesFrom, Binds, HostConfig.Mounts
 and the config's (and image's) Volumes, in dockerd's order of precedence.
 
-Each mount point is a plain dict kept in the container's record, so that the anonymous volumes
-made for it keep their names across daemon restarts::
-
-    {"Type": "bind" | "volume" | "tmpfs", "Name": volume name or "", "Source": host path,
-     "Destination": container path, "Driver": "local" or "", "Mode": the bind's mode text,
-     "RW": bool, "Propagation": str, "CopyData": fill a new volume from the image,
-     "Anonymous": made for this container, "TmpfsOptions": "size=...,mode=..."}
+Each mount point is a ``MountPoint`` record kept in the container's record (in the API's
+spelling), so that the anonymous volumes made for it keep their names across restarts.
 
 Binds take these forms (the spec's): ``/ctr`` (an anonymous volume), ``/host:/ctr[:mode]`` (a
 bind), ``name:/ctr[:mode]`` (a named volume, created when missing). Modes: ``ro`` or ``rw``,
@@ -21,12 +16,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from svc.engine.volumes.service import DRIVER, check_driver, check_name
 from svc.errors import InvalidParameter
 from svc.models.containers import HostConfigBody, MountBody
 
 PROPAGATIONS = ("rprivate", "private", "rslave", "slave", "rshared", "shared")
-MountPoint = dict[str, Any]
+
+
+class MountPoint(BaseModel):
+    """One mount point of a container."""
+
+    Type: str  # bind, volume or tmpfs
+    Name: str = ""  # the volume's name ("" for a bind, or an anonymous volume not made yet)
+    Source: str = ""  # the host path
+    Destination: str  # the path in the container
+    Driver: str = ""  # "local" for a volume
+    Mode: str = ""  # the bind's mode text, as given
+    RW: bool = True
+    Propagation: str = ""
+    CopyData: bool = False  # fill a new volume from the image's content there
+    Anonymous: bool = False  # made for this container (removed with it)
+    TmpfsOptions: str = ""  # size=...,mode=...
 
 
 @dataclass(frozen=True)
@@ -134,13 +146,13 @@ def plan(hc: HostConfigBody, volumes: dict[str, Any] | None,
     points: dict[str, MountPoint] = {}
     for theirs, mode in volumes_from:
         for m in theirs:
-            if m["Type"] == "tmpfs":
+            if m.Type == "tmpfs":
                 continue
-            copied = dict(m, CopyData=False, Anonymous=False)
+            copied = m.model_copy(update={"CopyData": False, "Anonymous": False})
             if mode:
-                copied["RW"] = mode == "rw"
-                copied["Mode"] = mode
-            points[m["Destination"]] = copied
+                copied.RW = mode == "rw"
+                copied.Mode = mode
+            points[m.Destination] = copied
     own: set[str] = set()
     for bind in hc.Binds or []:
         b = parse_bind(bind)
@@ -181,7 +193,7 @@ def _from_mount(mb: MountBody, dest: str, volume_path: Callable[[str], str]) -> 
     opts = [f"size={t.SizeBytes}"] if t and t.SizeBytes else []
     opts += [f"mode={t.Mode:o}"] if t and t.Mode else []
     point = _point("tmpfs", "", "", dest, "", not mb.ReadOnly, "", copy=False)
-    point["TmpfsOptions"] = ",".join(opts)
+    point.TmpfsOptions = ",".join(opts)
     return point
 
 
@@ -193,9 +205,9 @@ def _claim(own: set[str], dest: str) -> None:
 
 def _point(kind: str, name: str, source: str, dest: str, mode: str, rw: bool, propagation: str,
            *, copy: bool, anonymous: bool = False) -> MountPoint:
-    return {"Type": kind, "Name": name, "Source": source, "Destination": dest,
-            "Driver": DRIVER if kind == "volume" else "", "Mode": mode, "RW": rw,
-            "Propagation": propagation, "CopyData": copy, "Anonymous": anonymous}
+    return MountPoint(Type=kind, Name=name, Source=source, Destination=dest,
+                      Driver=DRIVER if kind == "volume" else "", Mode=mode, RW=rw,
+                      Propagation=propagation, CopyData=copy, Anonymous=anonymous)
 
 
 def parse_volumes_from(entry: str) -> tuple[str, str]:

@@ -4,18 +4,17 @@ list's ``network`` filter). The wiring itself is ``networks.NetworkService``'s."
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import parse_link
 from svc.engine.containers.state import State
+from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.service import NetworkService
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
-from svc.models.containers import CreateBody
+from svc.models.containers import CreateBody, EndpointConfigBody
 
 
 class ContainerNetworking:
@@ -27,7 +26,7 @@ class ContainerNetworking:
         self.networks = networks
         self.save = save
 
-    def net_config(self, mode: str, body: CreateBody) -> dict[str, dict[str, Any]]:
+    def net_config(self, mode: str, body: CreateBody) -> dict[str, EndpointPlan]:
         """The settings of the container's network (NetworkingConfig), by network id; a
         custom NetworkMode must name an existing network (404)."""
         nets = self.networks
@@ -37,21 +36,21 @@ class ContainerNetworking:
             primary = nets.resolve(mode)
         endpoints = (body.NetworkingConfig.EndpointsConfig or {}) if body.NetworkingConfig \
             else {}
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, EndpointPlan] = {}
         for ref, cfg in endpoints.items():
             net = nets.default_bridge if ref == "default" else nets.resolve(ref)
             if primary is None or net.id != primary.id:
                 raise InvalidParameter(f"NetworkingConfig names {ref}, which is not the "
                                        "container's NetworkMode (connect it after the create)")
-            out[net.id] = _endpoint_config(cfg.model_dump(exclude_none=True))
+            out[net.id] = _endpoint_plan(cfg)
         return out
 
-    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
+    async def connect(self, c: Container, ref: str, cfg: EndpointConfigBody | None) -> None:
         """Join network ``ref`` (live if running: a new ethN, no default route)."""
         nets = self.networks
         net = nets.resolve(ref)
         async with c.lock:
-            mode = str(c.host_config.get("NetworkMode") or "default")
+            mode = c.host_config.NetworkMode or "default"
             if mode in ("host", "none") or mode.startswith("container:"):
                 raise InvalidParameter(f"container sharing network namespace with another "
                                        f"container or with host or none cannot be connected "
@@ -62,16 +61,12 @@ class ContainerNetworking:
             if any(n.id == net.id for n, _ in nets.plan(mode, c.net_config)):
                 raise Conflict(f"container {c.short_id} is already connected to network "
                                f"{net.name}")
-            config = _endpoint_config(cfg)
+            config = _endpoint_plan(cfg)
             attached = False
             with trio.CancelScope(shield=True):  # wired and recorded, or neither
                 if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-                    ipam = config.get("IPAMConfig") or {}
-                    nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
-                                 str(ipam.get("IPv4Address") or ""),
-                                 list(config.get("Aliases") or []),
-                                 str(ipam.get("IPv6Address") or ""),
-                                 links=list(config.get("Links") or []))
+                    nets.reserve(c.id, c.name, net, nets.next_ifname(c.id), config.ipv4,
+                                 list(config.aliases), config.ipv6, links=list(config.links))
                     await nets.attach(c.id, c.live.pid, net, default_route=False,
                                       announce=False)
                     attached = True
@@ -86,14 +81,14 @@ class ContainerNetworking:
         nets = self.networks
         net = nets.resolve(ref)
         async with c.lock:
-            mode = str(c.host_config.get("NetworkMode") or "default")
+            mode = c.host_config.NetworkMode or "default"
             planned = nets.plan(mode, c.net_config)
             if not any(n.id == net.id for n, _ in planned):
                 raise InvalidParameter(f"container {c.short_id} is not connected to network "
                                        f"{net.name}")
             left = await nets.release(c.id, only=net, announce=False)
             if planned[0][0].id == net.id:
-                c.net_config[net.id] = {"Disconnected": True}
+                c.net_config[net.id] = EndpointPlan(disconnected=True)
             else:
                 c.net_config.pop(net.id, None)
             await self.save(c)
@@ -106,17 +101,17 @@ class ContainerNetworking:
         As with dockerd, a running container's /etc/hosts and environment keep it until its
         next start. 404 when ``c`` has no such link."""
         async with c.lock:
-            links = list(c.host_config.get("Links") or [])
+            links = list(c.host_config.Links or [])
             kept = [e for e in links if _alias_of(e) != alias]
             if len(kept) == len(links):
                 raise NotFound(f"No such container: {c.name.lstrip('/')}/{alias}")
-            c.host_config["Links"] = kept or None
+            c.host_config.Links = kept or None
             await self.save(c)
             c.notify()
 
     def network_names(self, c: Container) -> set[str]:
         """Names and ids of the networks ``c`` joins (the list's ``network`` filter)."""
-        mode = str(c.host_config.get("NetworkMode") or "default")
+        mode = c.host_config.NetworkMode or "default"
         try:
             plan = self.networks.plan(mode, c.net_config)
         except SvcError:
@@ -133,24 +128,9 @@ def _alias_of(entry: str) -> str:
         return ""
 
 
-def _endpoint_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """IPAMConfig (a valid IPv4Address) and Aliases of an endpoint config, checked."""
-    out: dict[str, Any] = {}
-    ipam = cfg.get("IPAMConfig") or {}
-    v4, v6 = str(ipam.get("IPv4Address") or ""), str(ipam.get("IPv6Address") or "")
-    try:
-        if v4:
-            ipaddress.IPv4Address(v4)
-        if v6:
-            ipaddress.IPv6Address(v6)
-    except ValueError:
-        raise InvalidParameter(f"invalid IPv4Address {v4!r} or IPv6Address {v6!r}") from None
-    if v4 or v6:
-        out["IPAMConfig"] = {k: v for k, v in (("IPv4Address", v4), ("IPv6Address", v6)) if v}
-    if cfg.get("Aliases"):
-        out["Aliases"] = [str(a) for a in cfg["Aliases"]]
-    if cfg.get("Links"):
-        for entry in cfg["Links"]:
-            parse_link(str(entry))  # 400 for a malformed one
-        out["Links"] = [str(x) for x in cfg["Links"]]
-    return out
+def _endpoint_plan(cfg: EndpointConfigBody | None) -> EndpointPlan:
+    """The settings checked: addresses (EndpointPlan) and each link's form (400 naming it)."""
+    plan = EndpointPlan.from_body(cfg)
+    for entry in plan.links:
+        parse_link(entry)
+    return plan

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from svc.engine.containers.config import check_host_config, host_config_record
+from svc.engine.containers.config import check_host_config
 from svc.engine.containers.container import Container
 from svc.engine.containers.fs import ContainerFS
 from svc.engine.containers.run import Runner
@@ -19,7 +19,7 @@ from svc.engine.containers.spec import resources
 from svc.engine.containers.state import State, require
 from svc.engine.images.service import Image, ImageService
 from svc.errors import Conflict, InvalidParameter
-from svc.models.containers import HostConfigBody, UpdateBody
+from svc.models.containers import UpdateBody
 from svc.runtime.cgroups import CgroupV1, Knobs
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import with_resources
@@ -81,20 +81,17 @@ class ContainerOps:
         the restart policy. The merged HostConfig is validated as at create."""
         async with c.lock:
             require(c.state.status, "update", c.id)
-            merged = dict(c.host_config)
-            for key, value in body.model_dump(exclude={"RestartPolicy"}).items():
-                if value:
-                    merged[key] = value
-            if body.Memory and not body.MemorySwap and merged.get("MemorySwap", 0) > 0 and \
-                    merged["MemorySwap"] < body.Memory:
+            changes = {key: value for key, value in body if key != "RestartPolicy" and value}
+            if restart_policy and body.RestartPolicy is not None:
+                changes["RestartPolicy"] = body.RestartPolicy.model_copy()
+            if body.Memory and not body.MemorySwap and \
+                    0 < c.host_config.MemorySwap < body.Memory:
                 raise InvalidParameter("Memory limit should be smaller than already set "
                                        "memoryswap limit, update the memoryswap at the same time")
-            if restart_policy and body.RestartPolicy is not None:
-                merged["RestartPolicy"] = body.RestartPolicy.model_dump()
-            hc = HostConfigBody.model_validate(merged)
+            hc = c.host_config.model_copy(deep=True, update=changes)
             warnings = check_host_config(hc, self.knobs, update=True)
             if c.live is not None and c.state.status is not State.RESTARTING:
-                res = resources(hc.model_dump())
+                res = resources(hc)
                 spec: dict[str, Any] = {}
                 with_resources(res)(spec)
                 try:
@@ -104,9 +101,7 @@ class ContainerOps:
                     if not await self.runner.settle_exit(c):
                         raise InvalidParameter(f"Cannot update container {c.id}: {exc}") \
                             from None
-            new = host_config_record(hc)
-            new["NetworkMode"] = c.host_config.get("NetworkMode", new["NetworkMode"])
-            c.host_config = new
+            c.host_config = hc
             await self.save(c)
         self.runner.event(c, "update")
         return warnings

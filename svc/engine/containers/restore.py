@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -22,8 +25,10 @@ from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
 from svc.runtime.protocol import ContainerNotFound, Runtime, RuntimeFailure
+from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.engine.containers")
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class ContainerRestore:
@@ -40,6 +45,32 @@ class ContainerRestore:
         self.dir = root
         self.save = save
         self.finish_remove = finish_remove
+
+    def load(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
+        """Load the records (blocking, before serving); damaged ones are skipped. Container
+        directories without a record (nor a damaged one among ``keep``) are swept."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o710)
+        self._sweep_leftovers(set(records) | set(keep))
+        for cid, rec in records.items():
+            try:
+                c = Container.from_record(dict(rec), self.dir)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("skipping container %s: %s", cid, exc)
+                continue
+            self.registry.containers[c.id] = c
+            self.registry.names[c.name] = c.id
+
+
+    def _sweep_leftovers(self, known: set[str]) -> None:
+        """Blocking: remove the directories of containers that have no record: what a crash
+        left of a create (the directory is made before the record is written) or of a
+        removal (the record goes before the directory)."""
+        with os.scandir(self.dir) as entries:
+            leftovers = [e.path for e in entries if e.name not in known
+                         and _CONTAINER_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+        for path in leftovers:
+            log.warning("removing %s: a container directory without a record", path)
+            remove_tree(path, ignore_errors=True)
 
     async def restore(self, nursery: trio.Nursery) -> None:
         """After a crash or a restart: no container runs without a supervisor. Ones that were
@@ -60,7 +91,7 @@ class ContainerRestore:
             except Exception:  # one damaged container must not keep the daemon from starting
                 log.exception("restoring container %s failed", c.short_id)
         for c in list(self.registry.all()):
-            policy = (c.host_config.get("RestartPolicy") or {}).get("Name") or "no"
+            policy = c.host_config.RestartPolicy.Name or "no"
             if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
                 if not c.has_been_started:
                     continue

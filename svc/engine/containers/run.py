@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -66,29 +65,30 @@ def start_failure(exc: RuntimeFailure) -> tuple[int, SvcError]:
     return 128, exc
 
 
-@dataclass
-class RunnerDeps:
-    runtime: Runtime
-    cgroups: CgroupV1
-    images: ImageService
-    events: EventBus
-    exec_root: Path
-    cgroup_parent: str
-    facts: HostFacts
-    save: Callable[[Container], Awaitable[None]]
-    delete: Callable[[Container], Awaitable[None]]
-    auto_remove: Callable[[Container], Awaitable[None]]
-    resolve: Callable[[str], Container]  # names and ids, for NetworkMode container:<ref>
-    volumes: VolumeService
-    networks: NetworkService
-    launches: Launches  # launches in flight, which the orphan reaper waits out
-
-
 class Runner:
-    def __init__(self, deps: RunnerDeps) -> None:
-        self.d = deps
+    """Launches containers (mounts, network, the OCI bundle, runc create and start), tears
+    them down, and hands each running one to the supervisor. Takes exactly what it uses."""
+
+    def __init__(self, *, runtime: Runtime, cgroups: CgroupV1, images: ImageService,
+                 events: EventBus, volumes: VolumeService, networks: NetworkService,
+                 launches: Launches, facts: HostFacts, exec_root: Path, cgroup_parent: str,
+                 save: Callable[[Container], Awaitable[None]],
+                 auto_remove: Callable[[Container], Awaitable[None]],
+                 resolve: Callable[[str], Container]) -> None:
+        self.runtime = runtime
+        self.cgroups = cgroups
+        self.images = images
+        self.events = events
+        self.volumes = volumes
+        self.networks = networks
+        self.launches = launches  # launches in flight, which the orphan reaper waits out
+        self.facts = facts
+        self.exec_root = exec_root
+        self.cgroup_parent = cgroup_parent
+        self.save = save
+        self.resolve = resolve  # names and ids, for NetworkMode container:<ref>
         self._nursery: trio.Nursery | None = None
-        self.supervisor = Supervisor(deps.runtime, deps.cgroups, deps.save, deps.auto_remove,
+        self.supervisor = Supervisor(runtime, cgroups, save, auto_remove,
                                      event=self.event, cgroup_of=self.cgroup_of,
                                      teardown=self.teardown, launch=self.launch)
 
@@ -109,16 +109,16 @@ class Runner:
         self._nursery.start_soon(guarded)
 
     def bundle_dir(self, c: Container) -> Path:
-        return self.d.exec_root / "containers" / c.id
+        return self.exec_root / "containers" / c.id
 
     def cgroup_of(self, c: Container) -> str:
-        parent = c.host_config.get("CgroupParent") or self.d.cgroup_parent
+        parent = c.host_config.CgroupParent or self.cgroup_parent
         return cgroups_path(parent, c.id)
 
     def event(self, c: Container, action: str, **extra: str) -> None:
-        attrs = dict(c.config.get("Labels") or {})
-        attrs.update(image=str(c.config.get("Image") or c.image_id), name=c.bare_name, **extra)
-        self.d.events.publish("container", action, c.id, attrs)
+        attrs = dict(c.config.Labels or {})
+        attrs.update(image=c.config.Image or c.image_id, name=c.bare_name, **extra)
+        self.events.publish("container", action, c.id, attrs)
 
     async def settle_exit(self, c: Container, limit: float = 5.0) -> bool:
         """The runtime says ``c`` is gone (or not running) while svc still believes it runs:
@@ -148,7 +148,7 @@ class Runner:
         """
         assert self._nursery is not None, "the runner is not bound to the engine's nursery"
         try:
-            with self.d.launches.launching():  # until c.live names the init's pid
+            with self.launches.launching():  # until c.live names the init's pid
                 live, pipes = await self._create(c)
         except RuntimeFailure as exc:
             code, err = start_failure(exc)
@@ -159,12 +159,12 @@ class Runner:
             raise
         await self._nursery.start(self.supervisor.supervise, c, live, pipes)
         try:
-            await self.d.runtime.start(c.id)
+            await self.runtime.start(c.id)
         except RuntimeFailure as exc:
             code, err = start_failure(exc)
             live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``
             with contextlib.suppress(RuntimeFailure):
-                await self.d.runtime.kill(c.id, signal.SIGKILL)
+                await self.runtime.kill(c.id, signal.SIGKILL)
             await live.exited.wait()
             raise err from None
         st = c.state
@@ -172,7 +172,7 @@ class Runner:
         st.pid, st.started_ns = live.pid, now_ns()
         st.exit_code, st.error, st.oom_killed = 0, "", False
         c.has_been_started = True
-        await self.d.save(c)
+        await self.save(c)
         c.notify()
         self.event(c, "start")
 
@@ -181,7 +181,7 @@ class Runner:
         ``die`` sent as dockerd sends it (below API 1.25 the CLI's ``run --rm`` removes the
         container when it sees ``die`` and waits for ``destroy``)."""
         c.state.exit_code, c.state.error = code, message
-        await self.d.save(c)
+        await self.save(c)
         c.exits, c.last_exit_code = c.exits + 1, code
         c.notify()
         self.event(c, "die", exitCode=str(code))
@@ -206,16 +206,13 @@ class Runner:
         pipes: ContainerPipes | None = None
         try:
             await self._mount_volumes(c)
-            nets = self.d.networks
-            plan = nets.plan(str(c.host_config.get("NetworkMode") or "default"), c.net_config)
+            nets = self.networks
+            plan = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
             for i, (net, cfg) in enumerate(plan):
-                ipam = cfg.get("IPAMConfig") or {}
-                nets.reserve(c.id, c.name, net, f"eth{i}", str(ipam.get("IPv4Address") or ""),
-                             list(cfg.get("Aliases") or []),
-                             str(ipam.get("IPv6Address") or ""),
-                             links=list(cfg.get("Links") or []),
-                             mac=parse_mac(str(c.config["MacAddress"]))
-                             if i == 0 and c.config.get("MacAddress") else "")
+                nets.reserve(c.id, c.name, net, f"eth{i}", cfg.ipv4, list(cfg.aliases),
+                             cfg.ipv6, links=list(cfg.links),
+                             mac=parse_mac(c.config.MacAddress)
+                             if i == 0 and c.config.MacAddress else "")
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
             link_hosts, link_env = self._links(c)
@@ -224,19 +221,19 @@ class Runner:
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
             with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
-                await self.d.runtime.delete(c.id, force=True)
+                await self.runtime.delete(c.id, force=True)
             if c.tty:
-                created = await self.d.runtime.create(c.id, bundle, terminal=True)
+                created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
-                pipes = open_pipes(stdin=bool(c.config.get("OpenStdin")))
-                created = await self.d.runtime.create(c.id, bundle, stdio=pipes)
+                pipes = open_pipes(stdin=c.config.OpenStdin)
+                created = await self.runtime.create(c.id, bundle, stdio=pipes)
             for i, (net, _) in enumerate(plan):  # an internal network has no way out
                 await nets.attach(c.id, created.pid, net,
                                   default_route=i == 0 and not net.internal)
             if embedded_dns:
                 assert self._nursery is not None
                 await nets.dns.start(c.id, created.pid, self._nursery,
-                                     list(c.host_config.get("Dns") or []))
+                                     list(c.host_config.Dns or []))
             published = ports.bindings(c.host_config, c.config)
             if plan and published:
                 assert self._nursery is not None
@@ -254,10 +251,10 @@ class Runner:
         return live, pipes
 
     def _joined_net(self, c: Container) -> str | None:
-        mode = str(c.host_config.get("NetworkMode") or "")
+        mode = c.host_config.NetworkMode
         if not mode.startswith("container:"):
             return None
-        other = self.d.resolve(mode.partition(":")[2])
+        other = self.resolve(mode.partition(":")[2])
         if other.id == c.id:
             raise InvalidParameter("cannot join the network of a container: itself")
         if other.live is None:
@@ -269,17 +266,17 @@ class Runner:
         on the default bridge (409 otherwise, with dockerd's words)."""
         hosts: list[tuple[str, str]] = []
         env: list[str] = []
-        for entry in c.host_config.get("Links") or []:
+        for entry in c.host_config.Links or []:
             name, alias = links.parse_link(entry)
-            other = self.d.resolve(name)
-            found = [info for net, info in self.d.networks.of_container(other.id)
+            other = self.resolve(name)
+            found = [info for net, info in self.networks.of_container(other.id)
                      if net.builtin and net.name == "bridge"]
             if other.live is None or not found:
                 raise Conflict(f"Cannot link to a non running container: {other.name} AS "
                                f"{c.name}/{alias}")
             ip = found[0].endpoint.address
             hosts.append(links.hosts_entry(alias, other.bare_name, other.id, ip))
-            env += links.environment(alias, c.name, list(other.config.get("Env") or []),
+            env += links.environment(alias, c.name, list(other.config.Env or []),
                                      ports.exposed(other.host_config, other.config), ip)
         return hosts, env
 
@@ -288,35 +285,23 @@ class Runner:
                  link_env: list[str] | None = None) -> dict[str, Any]:
         """Blocking: user, working dir, /etc files and the OCI document."""
         cfg, hc = c.config, c.host_config
-        user = resolve_user(c.rootfs, str(cfg.get("User") or ""), hc.get("GroupAdd"))
-        if cfg.get("WorkingDir"):
-            mkdir_all(c.rootfs, str(cfg["WorkingDir"]))
-        host_mode = hc.get("NetworkMode") == "host"
-        extra = files.check_extra_hosts(list(hc.get("ExtraHosts") or [])) + list(link_hosts or [])
-        hostname = str(cfg.get("Hostname") or c.short_id)
-        domain = str(cfg.get("Domainname") or "")
-        files.write(c.hostname_path, files.hostname_file(hostname))
-        files.write(c.hosts_path, files.hosts_file(hostname, domain, address, extra, host_mode))
-        if embedded_dns:  # the daemon answers there, forwarding to the Dns servers
-            files.write(c.resolv_conf_path, files.embedded_resolv_conf(
-                list(hc.get("DnsSearch") or []), list(hc.get("DnsOptions") or [])))
-        else:
-            files.write(c.resolv_conf_path, files.resolv_conf(
-                list(hc.get("Dns") or []) or self.d.networks.dns.upstream,
-                list(hc.get("DnsSearch") or []), list(hc.get("DnsOptions") or []),
-                host_mode=host_mode))
+        user = resolve_user(c.rootfs, cfg.User, hc.GroupAdd)
+        if cfg.WorkingDir:
+            mkdir_all(c.rootfs, cfg.WorkingDir)
+        files.write_etc(c, address, list(link_hosts or []), embedded_dns=embedded_dns,
+                        upstream=self.networks.dns.upstream)
         for m in c.mounts:
-            src = Path(m["Source"])
-            if m["Type"] == "bind" and not src.exists():  # dockerd makes a missing host dir
+            src = Path(m.Source)
+            if m.Type == "bind" and not src.exists():  # dockerd makes a missing host dir
                 src.mkdir(parents=True, mode=0o755)
-        return oci_spec(c, user, self.d.facts, self.cgroup_of(c), joined_net, link_env)
+        return oci_spec(c, user, self.facts, self.cgroup_of(c), joined_net, link_env)
 
     async def mount(self, c: Container) -> None:
         """Mount the overlay rootfs (image layers + the container's upper dir) if it is not."""
-        image = self.d.images.images.get(c.image_id)
+        image = self.images.images.get(c.image_id)
         if image is None:
             raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
-        layers = self.d.images.layers
+        layers = self.images.layers
         async with c.mount_lock:
             lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
             if lower is not None:
@@ -329,39 +314,39 @@ class Runner:
         for d in (c.upper_dir, c.work_dir, c.rootfs):
             d.mkdir(parents=True, exist_ok=True, mode=0o755)
         make_init_layer(c.init_dir)
-        lower = self.d.images.layers.lower_dirs(chain[-1]) if chain else []
+        lower = self.images.layers.lower_dirs(chain[-1]) if chain else []
         return [str(c.init_dir), *lower]
 
     async def _mount_volumes(self, c: Container) -> None:
         """Each volume of ``c`` ready for it (a device mounted if it has one); a new, empty
         volume filled from the image's content at its mount point, unless ``nocopy``."""
         for m in c.mounts:
-            if m["Type"] != "volume":
+            if m.Type != "volume":
                 continue
-            await self.d.volumes.mount(m["Name"], c.id, m["Destination"], bool(m["RW"]),
-                                       str(m.get("Propagation") or ""))
-            if m.get("CopyData"):
+            await self.volumes.mount(m.Name, c.id, m.Destination, bool(m.RW),
+                                       str(m.Propagation or ""))
+            if m.CopyData:
                 source = await trio.to_thread.run_sync(
-                    image_dir, c.rootfs, str(m["Destination"]))
+                    image_dir, c.rootfs, str(m.Destination))
                 if source is not None:
-                    await self.d.volumes.fill(m["Name"], source)
+                    await self.volumes.fill(m.Name, source)
 
     async def _unmount_volumes(self, c: Container) -> None:
         for m in c.mounts:
-            if m["Type"] == "volume":
-                await self.d.volumes.unmount(m["Name"], c.id)
+            if m.Type == "volume":
+                await self.volumes.unmount(m.Name, c.id)
 
     async def teardown(self, c: Container) -> None:
         """Remove runc's state (and so the cgroup), release the volumes and unmount the
         rootfs. Idempotent."""
-        if self.d.runtime.has_state(c.id):  # else runc would start only to find nothing
+        if self.runtime.has_state(c.id):  # else runc would start only to find nothing
             with contextlib.suppress(RuntimeFailure):
-                await self.d.runtime.delete(c.id, force=True)
-        await self.d.networks.release(c.id)
+                await self.runtime.delete(c.id, force=True)
+        await self.networks.release(c.id)
         await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
-        if self.d.cgroups.exists(cgroup):
-            await trio.to_thread.run_sync(self.d.cgroups.remove, cgroup)
+        if self.cgroups.exists(cgroup):
+            await trio.to_thread.run_sync(self.cgroups.remove, cgroup)
         await self.unmount(c, unless_read=True)  # else the last archive reader unmounts
         await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
 
@@ -384,18 +369,18 @@ class Runner:
         none: its removal needs no teardown, and no durable REMOVING mark for a crash to
         resume from (its record goes first, then its directory; a directory left without a
         record is swept at the next start)."""
-        if c.live is not None or c.fs_users or self.d.networks.of_container(c.id):
+        if c.live is not None or c.fs_users or self.networks.of_container(c.id):
             return True
-        volumes = self.d.volumes.volumes
-        if any(m["Type"] == "volume" and m["Name"] in volumes and c.id in volumes[m["Name"]].users
+        volumes = self.volumes.volumes
+        if any(m.Type == "volume" and m.Name in volumes and c.id in volumes[m.Name].users
                for m in c.mounts):
             return True
         return await trio.to_thread.run_sync(self._traces_on_host, c)
 
     def _traces_on_host(self, c: Container) -> bool:
         """Blocking: runc's state, the cgroup or the overlay mount of ``c``."""
-        return self.d.runtime.has_state(c.id) or os.path.ismount(c.rootfs) \
-            or self.d.cgroups.exists(self.cgroup_of(c))
+        return self.runtime.has_state(c.id) or os.path.ismount(c.rootfs) \
+            or self.cgroups.exists(self.cgroup_of(c))
 
     def remove_files(self, c: Container) -> None:
         """Blocking: the container's directory and its OCI bundle, gone."""

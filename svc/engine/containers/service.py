@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from svc.engine.containers.attach import SessionOptions, StdinTarget, session
 from svc.engine.containers.config import (
     check_host_config,
     check_name,
-    host_config_record,
+    fill_host_defaults,
     merge_config,
 )
 from svc.engine.containers.container import Container, new_id, now_ns
@@ -38,20 +37,27 @@ from svc.engine.containers.networking import ContainerNetworking
 from svc.engine.containers.ops import ContainerOps
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.restore import ContainerRestore
-from svc.engine.containers.run import Runner, RunnerDeps
+from svc.engine.containers.run import Runner
+from svc.engine.containers.spec import HostFacts
 from svc.engine.containers.state import State, require, transition
 from svc.engine.containers.stats import StatsService
 from svc.engine.containers.volumes import ContainerVolumes
+from svc.engine.events import EventBus
+from svc.engine.images.service import ImageService
+from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.ports import bindings as port_bindings
+from svc.engine.networks.service import NetworkService
+from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, NotFound
-from svc.models.containers import CreateBody, HostConfigBody
+from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
 from svc.network.bridge import parse_mac
-from svc.runtime.cgroups import Knobs
+from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.process import Launches
+from svc.runtime.protocol import Runtime
 from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.engine.containers")
 
-_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 COLLECTION = "containers"
 
@@ -62,22 +68,33 @@ class ContainerService:
     supervision, teardown), files, exec, stats, networking, volumes, restore and the other
     operations (update, top, resize, commit)."""
 
-    def __init__(self, root: Path, deps: RunnerDeps, knobs: Knobs | None) -> None:
+    def __init__(self, root: Path, *, runtime: Runtime, cgroups: CgroupV1, images: ImageService,
+                 events: EventBus, volumes: VolumeService, networks: NetworkService,
+                 launches: Launches, facts: HostFacts, exec_root: Path, cgroup_parent: str,
+                 save: Callable[[Container], Awaitable[None]],
+                 delete: Callable[[Container], Awaitable[None]],
+                 auto_remove: Callable[[Container], Awaitable[None]],
+                 knobs: Knobs | None) -> None:
         self.dir = root / "containers"
-        self.deps = deps
-        self.knobs = knobs
+        self.images = images
+        self.network_service = networks
+        self.save = save
+        self.delete = delete
+        self.knobs = knobs  # the cgroup knobs this kernel offers (None: not probed)
         self.registry = ContainerRegistry()
-        self.runner = Runner(deps)
-        self.fs = ContainerFS(self.runner, deps.images, deps.runtime)
-        self.execs = ExecService(self.runner, deps.runtime, deps.launches, deps.facts)
-        self.stats = StatsService(self.runner, deps.cgroups)
-        self.networking = ContainerNetworking(deps.networks, deps.save)
-        self.volumes = ContainerVolumes(deps.volumes, self.registry)
-        self.ops = ContainerOps(deps.runtime, deps.cgroups, deps.images, self.runner, self.fs,
-                                knobs, deps.save)
-        self.lifecycle = Lifecycle(deps.runtime, self.runner, deps.save)
-        self.restorer = ContainerRestore(self.registry, deps.runtime, self.runner, self.dir,
-                                         deps.save, self._finish_remove)
+        self.runner = Runner(runtime=runtime, cgroups=cgroups, images=images, events=events,
+                             volumes=volumes, networks=networks, launches=launches, facts=facts,
+                             exec_root=exec_root, cgroup_parent=cgroup_parent, save=save,
+                             auto_remove=auto_remove, resolve=self.registry.resolve)
+        self.fs = ContainerFS(self.runner, images, runtime)
+        self.execs = ExecService(self.runner, runtime, launches, facts)
+        self.stats = StatsService(self.runner, cgroups)
+        self.networking = ContainerNetworking(networks, save)
+        self.volumes = ContainerVolumes(volumes, self.registry)
+        self.ops = ContainerOps(runtime, cgroups, images, self.runner, self.fs, knobs, save)
+        self.lifecycle = Lifecycle(runtime, self.runner, save)
+        self.restorer = ContainerRestore(self.registry, runtime, self.runner, self.dir,
+                                         save, self._finish_remove)
 
     @property
     def containers(self) -> dict[str, Container]:
@@ -95,7 +112,7 @@ class ContainerService:
     async def restore(self, nursery: trio.Nursery) -> None:
         await self.restorer.restore(nursery)
 
-    async def connect(self, c: Container, ref: str, cfg: dict[str, Any]) -> None:
+    async def connect(self, c: Container, ref: str, cfg: EndpointConfigBody | None) -> None:
         await self.networking.connect(c, ref, cfg)
 
     async def disconnect(self, c: Container, ref: str) -> None:
@@ -110,33 +127,12 @@ class ContainerService:
     def volume_users(self, name: str) -> list[str]:
         return self.volumes.users(name)
 
-    # -- loading (restoring after a restart: restore.py) ----------------------
+    # -- loading (restore.py) ---------------------------------------------------------------
 
     def open(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
-        """Load the records (blocking, before serving); damaged ones are skipped. Container
-        directories without a record (nor a damaged one among ``keep``) are swept."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o710)
-        self._sweep_leftovers(set(records) | set(keep))
-        for cid, rec in records.items():
-            try:
-                c = Container.from_record(dict(rec), self.dir)
-            except (KeyError, ValueError, TypeError) as exc:
-                log.error("skipping container %s: %s", cid, exc)
-                continue
-            self.containers[c.id] = c
-            self.names[c.name] = c.id
-        self.deps.images.container_use = self._image_use
-
-    def _sweep_leftovers(self, known: set[str]) -> None:
-        """Blocking: remove the directories of containers that have no record: what a crash
-        left of a create (the directory is made before the record is written) or of a
-        removal (the record goes before the directory)."""
-        with os.scandir(self.dir) as entries:
-            leftovers = [e.path for e in entries if e.name not in known
-                         and _CONTAINER_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
-        for path in leftovers:
-            log.warning("removing %s: a container directory without a record", path)
-            remove_tree(path, ignore_errors=True)
+        """Load the records (blocking, before serving): see ``ContainerRestore.load``."""
+        self.restorer.load(records, keep)
+        self.images.container_use = self._image_use
 
     def _image_use(self, image_id: str) -> tuple[str, bool] | None:
         found: tuple[str, bool] | None = None
@@ -155,7 +151,7 @@ class ContainerService:
             raise InvalidParameter("Config.Image is required: the image to create the "
                                    "container from")
         try:
-            image = self.deps.images.resolve(image_ref)
+            image = self.images.resolve(image_ref)
         except NotFound:
             raise NotFound(f"No such image: {image_ref}") from None
         hc = body.HostConfig or HostConfigBody()
@@ -182,15 +178,14 @@ class ContainerService:
                 and not hc.NetworkMode.startswith("container:"):
             # as the CLI does for --link with --net: on a user network a link is an alias
             # that only this container resolves (dockerd ignores HostConfig.Links there)
-            primary = next(iter(net_config), None) or self.deps.networks.resolve(
+            primary = next(iter(net_config), None) or self.network_service.resolve(
                 hc.NetworkMode).id
-            cfg = net_config.setdefault(primary, {})
-            cfg["Links"] = list(dict.fromkeys([*(cfg.get("Links") or []), *hc.Links]))
+            net_config[primary] = net_config.get(primary, EndpointPlan()).with_links(hc.Links)
             hc = hc.model_copy(update={"Links": None})
         cid = new_id()
         config, path, args = merge_config(body, image.container_config, cid)
-        hc_record = host_config_record(hc)
-        port_bindings(hc_record, config)  # 400s before anything is made
+        hc = fill_host_defaults(hc)
+        port_bindings(hc, config)  # 400s before anything is made
         async with self.registry.names_lock:
             if name:
                 full = check_name(name)
@@ -199,14 +194,14 @@ class ContainerService:
             else:
                 full = self.registry.new_name()
             c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
-                          config=config, host_config=hc_record, net_config=net_config,
+                          config=config, host_config=hc, net_config=net_config,
                           image_id=image.id, warnings=warnings, dir=self.dir / cid)
             self.names[full] = cid
             self.containers[cid] = c
         try:
-            c.mounts = await self.volumes.make_mounts(hc, config.get("Volumes"), volumes_from, [])
+            c.mounts = await self.volumes.make_mounts(hc, config.Volumes, volumes_from, [])
             await trio.to_thread.run_sync(os.mkdir, c.dir, 0o710)
-            await self.deps.save(c)
+            await self.save(c)
         except BaseException:
             self.names.pop(full, None)
             self.containers.pop(cid, None)
@@ -256,7 +251,7 @@ class ContainerService:
             self.names[full] = c.id
             self.names.pop(old, None)
             try:
-                await self.deps.save(c)
+                await self.save(c)
             except BaseException:
                 c.name = old
                 self.names[old] = c.id
@@ -283,7 +278,7 @@ class ContainerService:
             with trio.CancelScope(shield=True):
                 traces = await self.runner.leaves_traces(c)
                 if traces:  # a crash from here on: the next start finishes the removal
-                    await self.deps.save(c)
+                    await self.save(c)
             c.notify()
             await self._finish_remove(c, teardown=traces)
             if volumes:
@@ -306,7 +301,7 @@ class ContainerService:
                     # an archive reader holds the overlay: it is detached (lazily, if busy)
                     # before its directory goes, so rmtree never walks into a mounted tree
                     await self.runner.unmount(c)
-            await self.deps.delete(c)
+            await self.delete(c)
             await trio.to_thread.run_sync(self.runner.remove_files, c)
             self.execs.forget(c)
             self.stats.forget(c)
@@ -324,7 +319,7 @@ class ContainerService:
                         was_manual = c.manually_stopped
                         await self.lifecycle.stop_locked(c, timeout)
                         c.manually_stopped = was_manual  # a shutdown is not a user's stop
-                        await self.deps.save(c)
+                        await self.save(c)
             except Exception:  # the others are still stopped; the next start cleans up
                 log.exception("stopping container %s at shutdown failed", c.short_id)
 
@@ -345,9 +340,9 @@ class ContainerService:
                                   timestamps=False, follow=False, raw=c.tty or raw_output)
         self.runner.event(c, "attach")
         target = None
-        if stdin and c.config.get("OpenStdin"):
+        if stdin and c.config.OpenStdin:
             target = StdinTarget(get=lambda: self._stdin_of(c),
-                                 close_on_eof=bool(c.config.get("StdinOnce")) and not c.tty)
+                                 close_on_eof=c.config.StdinOnce and not c.tty)
         opts = SessionOptions(stdin=target is not None, tty=c.tty or raw_output,
                               detach_keys=detach_keys)
         ended = await session(stream, attachment, opts, target, replay)
@@ -375,11 +370,11 @@ class ContainerService:
         check_binds(hc)
         volumes_from = self.volumes.volumes_from(hc)
         before = c.mounts
-        c.mounts = await self.volumes.make_mounts(hc, c.config.get("Volumes"), volumes_from, before)
-        c.host_config = host_config_record(hc)
-        await self.deps.save(c)
-        kept = {m["Name"] for m in c.mounts}
-        await self.volumes.drop_anonymous(c, [m for m in before if m["Name"] not in kept])
+        c.mounts = await self.volumes.make_mounts(hc, c.config.Volumes, volumes_from, before)
+        c.host_config = fill_host_defaults(hc)
+        await self.save(c)
+        kept = {m.Name for m in c.mounts}
+        await self.volumes.drop_anonymous(c, [m for m in before if m.Name not in kept])
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -13,13 +13,14 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from svc.engine.containers import security_opts
 from svc.engine.containers.config import DEFAULT_PATH
 from svc.engine.containers.container import Container
 from svc.engine.containers.userdb import ExecUser
 from svc.errors import InvalidParameter
+from svc.models.containers import HostConfigBody as HostConfig
+from svc.models.containers import ThrottleDevice
 from svc.runtime import seccomp
 from svc.runtime.mounts import host_devices
 from svc.runtime.protocol import (
@@ -82,71 +83,71 @@ def _device_numbers(path: str) -> tuple[str, int, int, int]:
     return kind, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)
 
 
-def _rates(items: list[dict[str, Any]] | None) -> tuple[BlkioRate, ...]:
+def _rates(items: list[ThrottleDevice] | None) -> tuple[BlkioRate, ...]:
     out = []
     for item in items or []:
-        _, major, minor, _ = _device_numbers(item["Path"])
-        out.append(BlkioRate(major, minor, int(item["Rate"])))
+        _, major, minor, _ = _device_numbers(item.Path)
+        out.append(BlkioRate(major, minor, item.Rate))
     return tuple(out)
 
 
-def resources(hc: dict[str, Any]) -> Resources:
+def resources(hc: HostConfig) -> Resources:
     """HostConfig's limits in the runtime's terms (0 means "not set", as in dockerd)."""
-    mem = hc.get("Memory") or 0
-    swap = hc.get("MemorySwap") or 0
+    mem = hc.Memory
+    swap = hc.MemorySwap
     if mem and not swap:
         swap = mem * 2  # dockerd: swap defaults to as much again as the memory limit
-    swappiness = hc.get("MemorySwappiness")
-    weights = tuple(BlkioWeightDevice(*_device_numbers(w["Path"])[1:3], int(w["Weight"]))
-                    for w in hc.get("BlkioWeightDevice") or [])
-    pids = hc.get("PidsLimit") or 0
+    swappiness = hc.MemorySwappiness
+    weights = tuple(BlkioWeightDevice(*_device_numbers(w.Path)[1:3], w.Weight)
+                    for w in hc.BlkioWeightDevice or [])
+    pids = hc.PidsLimit
     return Resources(
         memory=mem or None, memory_swap=swap or None,
-        memory_reservation=hc.get("MemoryReservation") or None,
-        kernel_memory=hc.get("KernelMemory") or None,
+        memory_reservation=hc.MemoryReservation or None,
+        kernel_memory=hc.KernelMemory or None,
         swappiness=swappiness if swappiness not in (None, -1) else None,
-        oom_kill_disable=bool(hc.get("OomKillDisable")) if mem else None,
-        cpu_shares=hc.get("CpuShares") or None, cpu_period=hc.get("CpuPeriod") or None,
-        cpu_quota=hc.get("CpuQuota") or None, cpuset_cpus=hc.get("CpusetCpus") or None,
-        cpuset_mems=hc.get("CpusetMems") or None, blkio_weight=hc.get("BlkioWeight") or None,
+        oom_kill_disable=bool(hc.OomKillDisable) if mem else None,
+        cpu_shares=hc.CpuShares or None, cpu_period=hc.CpuPeriod or None,
+        cpu_quota=hc.CpuQuota or None, cpuset_cpus=hc.CpusetCpus or None,
+        cpuset_mems=hc.CpusetMems or None, blkio_weight=hc.BlkioWeight or None,
         blkio_weight_devices=weights,
-        blkio_read_bps=_rates(hc.get("BlkioDeviceReadBps")),
-        blkio_write_bps=_rates(hc.get("BlkioDeviceWriteBps")),
-        blkio_read_iops=_rates(hc.get("BlkioDeviceReadIOps")),
-        blkio_write_iops=_rates(hc.get("BlkioDeviceWriteIOps")),
+        blkio_read_bps=_rates(hc.BlkioDeviceReadBps),
+        blkio_write_bps=_rates(hc.BlkioDeviceWriteBps),
+        blkio_read_iops=_rates(hc.BlkioDeviceReadIOps),
+        blkio_write_iops=_rates(hc.BlkioDeviceWriteIOps),
         pids_limit=pids if pids else None)
 
 
-def _devices(hc: dict[str, Any]) -> tuple[list[Device], list[DeviceRule]]:
+def _devices(hc: HostConfig) -> tuple[list[Device], list[DeviceRule]]:
     devices, rules = [], []
-    for d in hc.get("Devices") or []:
-        kind, major, minor, mode = _device_numbers(d["PathOnHost"])
-        inside = d.get("PathInContainer") or d["PathOnHost"]
+    for d in hc.Devices or []:
+        kind, major, minor, mode = _device_numbers(d.PathOnHost)
+        inside = d.PathInContainer or d.PathOnHost
         devices.append(Device(inside, kind, major, minor, mode))
-        rules.append(DeviceRule(True, kind, major, minor, d.get("CgroupPermissions") or "rwm"))
+        rules.append(DeviceRule(True, kind, major, minor, d.CgroupPermissions or "rwm"))
     return devices, rules
 
 
 def environment(c: Container, links: list[str] | None = None) -> list[str]:
     """The process environment: PATH (if neither image nor user set it), HOSTNAME, TERM for a
     TTY, the links' variables, then the Config's Env (moby ``CreateDaemonEnvironment``)."""
-    env = list(c.config.get("Env") or [])
+    env = list(c.config.Env or [])
     keys = {e.split("=", 1)[0] for e in env}
     head = []
     if "PATH" not in keys:
         head.append(f"PATH={DEFAULT_PATH}")
-    head.append(f"HOSTNAME={c.config.get('Hostname') or c.short_id}")
+    head.append(f"HOSTNAME={c.config.Hostname or c.short_id}")
     if c.tty:
         head.append("TERM=xterm")
     return head + list(links or []) + env
 
 
-def namespace_modes(hc: dict[str, Any], joined_net: str | None) -> dict[str, str]:
-    mode = hc.get("NetworkMode") or "default"
+def namespace_modes(hc: HostConfig, joined_net: str | None) -> dict[str, str]:
+    mode = hc.NetworkMode or "default"
     net = "host" if mode == "host" else (joined_net or "new")
-    return {"network": net, "pid": "host" if hc.get("PidMode") == "host" else "new",
-            "ipc": "host" if hc.get("IpcMode") == "host" else "new",
-            "uts": "host" if hc.get("UTSMode") == "host" or mode == "host" else "new"}
+    return {"network": net, "pid": "host" if hc.PidMode == "host" else "new",
+            "ipc": "host" if hc.IpcMode == "host" else "new",
+            "uts": "host" if hc.UTSMode == "host" or mode == "host" else "new"}
 
 
 def _binds(c: Container, readonly_root: bool) -> list[Mount]:
@@ -154,13 +155,13 @@ def _binds(c: Container, readonly_root: bool) -> list[Mount]:
         (c.resolv_conf_path, "/etc/resolv.conf"), (c.hostname_path, "/etc/hostname"),
         (c.hosts_path, "/etc/hosts"))]
     for m in c.mounts:
-        if m["Type"] == "tmpfs":
-            opts = [o for o in str(m.get("TmpfsOptions") or "").split(",") if o]
-            mounts.append(tmpfs_mount(m["Destination"], [*opts, "rw" if m["RW"] else "ro"]))
+        if m.Type == "tmpfs":
+            opts = [o for o in str(m.TmpfsOptions or "").split(",") if o]
+            mounts.append(tmpfs_mount(m.Destination, [*opts, "rw" if m.RW else "ro"]))
         else:
-            mounts.append(bind_mount(m["Source"], m["Destination"], readonly=not m["RW"],
-                                     propagation=m.get("Propagation") or "rprivate"))
-    for dest, data in (c.host_config.get("Tmpfs") or {}).items():  # HostConfig.Tmpfs
+            mounts.append(bind_mount(m.Source, m.Destination, readonly=not m.RW,
+                                     propagation=m.Propagation or "rprivate"))
+    for dest, data in (c.host_config.Tmpfs or {}).items():  # HostConfig.Tmpfs
         mounts.append(tmpfs_mount(dest, [o for o in str(data or "").split(",") if o]))
     return mounts
 
@@ -169,45 +170,44 @@ def oci_spec(c: Container, user: ExecUser, facts: HostFacts, cgroup_path: str,
              joined_net: str | None, link_env: list[str] | None = None) -> Spec:
     hc = c.host_config
     cfg = c.config
-    readonly = bool(hc.get("ReadonlyRootfs"))
+    readonly = hc.ReadonlyRootfs
     opts: list[SpecOpt] = [
         with_root(str(c.rootfs), readonly),
-        with_process([c.path, *c.args], environment(c, link_env), cfg.get("WorkingDir") or "/",
+        with_process([c.path, *c.args], environment(c, link_env), cfg.WorkingDir or "/",
                      user.uid, user.gid, user.additional_gids, terminal=c.tty),
         with_namespaces(**namespace_modes(hc, joined_net)),
         with_cgroups_path(cgroup_path),
         with_resources(resources(hc)),
         with_mounts(_binds(c, readonly)),
-        with_shm_size(hc.get("ShmSize") or DEFAULT_SHM_SIZE),
+        with_shm_size(hc.ShmSize or DEFAULT_SHM_SIZE),
     ]
-    if (hc.get("NetworkMode") or "default") != "host" and hc.get("UTSMode") != "host":
-        opts.append(with_hostname(cfg.get("Hostname") or c.short_id))
-    if hc.get("Privileged"):
+    if (hc.NetworkMode or "default") != "host" and hc.UTSMode != "host":
+        opts.append(with_hostname(cfg.Hostname or c.short_id))
+    if hc.Privileged:
         opts.append(with_privileged(host_devices(), facts.capabilities))
     else:
-        opts.append(with_capabilities(hc.get("CapAdd") or [], hc.get("CapDrop") or [],
+        opts.append(with_capabilities(hc.CapAdd or [], hc.CapDrop or [],
                                       available=facts.capabilities))
     devices, rules = _devices(hc)
     if devices:
         opts.append(with_devices(devices, rules))
-    if hc.get("Ulimits"):
-        opts.append(with_rlimits([Rlimit(u["Name"], u["Soft"], u["Hard"])
-                                  for u in hc["Ulimits"]]))
-    score = hc.get("OomScoreAdj") or 0
+    if hc.Ulimits:
+        opts.append(with_rlimits([Rlimit(u.Name, u.Soft, u.Hard) for u in hc.Ulimits]))
+    score = hc.OomScoreAdj
     if score:
         opts.append(with_oom_score_adj(score))
     opts += _security(hc)
     return build_spec(default_spec(), *opts)
 
 
-def _security(hc: dict[str, Any]) -> list[SpecOpt]:
+def _security(hc: HostConfig) -> list[SpecOpt]:
     """SecurityOpt (checked at create): a seccomp profile unless unconfined or privileged
     (as dockerd), no-new-privileges. Last: the profile depends on the final capabilities."""
-    sec = security_opts.parse(hc.get("SecurityOpt"))
+    sec = security_opts.parse(hc.SecurityOpt)
     out: list[SpecOpt] = []
     if sec.no_new_privileges:
         out.append(with_no_new_privileges())
-    if not hc.get("Privileged") and sec.seccomp != "unconfined" and seccomp.supported():
+    if not hc.Privileged and sec.seccomp != "unconfined" and seccomp.supported():
         profile = seccomp.default_profile() if sec.seccomp == "default" \
             else seccomp.parse_profile(sec.seccomp)
         out.append(with_seccomp(profile))

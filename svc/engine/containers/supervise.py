@@ -101,7 +101,7 @@ class Supervisor:
                     code, c.state.error = live.start_failure
                 await self._exited(c, code, oom)
                 live.exited.set()
-        if c.host_config.get("AutoRemove"):
+        if c.host_config.AutoRemove:
             await self.auto_remove(c)
             return
         if live.start_failure is None:  # a start that failed is the caller's error, no restart
@@ -151,14 +151,14 @@ class Supervisor:
         c.notify()
 
     def wants_restart(self, c: Container, code: int) -> bool:
-        rp = c.host_config.get("RestartPolicy") or {}
-        name = rp.get("Name") or "no"
+        rp = c.host_config.RestartPolicy
+        name = rp.Name or "no"
         if c.manually_stopped or c.state.status is State.REMOVING or name == "no":
             return False
         if name in ("always", "unless-stopped"):
             return True
         if name == "on-failure" and code != 0:
-            limit = int(rp.get("MaximumRetryCount") or 0)
+            limit = rp.MaximumRetryCount
             return limit == 0 or c.restart_count < limit
         return False
 
@@ -196,7 +196,7 @@ class Supervisor:
 def _open_log(c: Container) -> JsonLogWriter | None:
     if c.log_driver() != "json-file":
         return None
-    opts = (c.host_config.get("LogConfig") or {}).get("Config") or {}
+    opts = c.host_config.LogConfig.Config or {}
     max_size, max_file, compress = parse_log_opts(opts)
     return JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
 

@@ -37,19 +37,19 @@ class ContainerVolumes:
         vols = self.volumes
         points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
                       lambda name: str(vols.path(name)))
-        reuse = {m["Destination"]: m for m in before if m.get("Anonymous")}
-        for m in (m for m in points if m["Type"] == "volume"):
-            if m["Name"]:
-                driver_opts, labels = volume_options(hc, m["Destination"])
-                await vols.create(m["Name"], driver=hc.VolumeDriver, options=driver_opts,
+        reuse = {m.Destination: m for m in before if m.Anonymous}
+        for m in (m for m in points if m.Type == "volume"):
+            if m.Name:
+                driver_opts, labels = volume_options(hc, m.Destination)
+                await vols.create(m.Name, driver=hc.VolumeDriver, options=driver_opts,
                                   labels=labels)
                 continue
-            old = reuse.get(m["Destination"])
-            if old is not None and old["Name"] in vols.volumes:
-                m["Name"], m["Source"] = old["Name"], old["Source"]
+            old = reuse.get(m.Destination)
+            if old is not None and old.Name in vols.volumes:
+                m.Name, m.Source = old.Name, old.Source
                 continue
             v = await vols.create(None, driver=hc.VolumeDriver, anonymous=True)
-            m["Name"], m["Source"] = v.name, str(v.mountpoint)
+            m.Name, m.Source = v.name, str(v.mountpoint)
         return points
 
     async def drop_anonymous(self, c: Container,
@@ -57,13 +57,13 @@ class ContainerVolumes:
         """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
         container refers to (``rm -v``)."""
         for m in c.mounts if mounts is None else mounts:
-            if m.get("Anonymous") and m["Name"] in self.volumes.volumes:
-                others = [r for r in self.users(m["Name"]) if r != c.id]
+            if m.Anonymous and m.Name in self.volumes.volumes:
+                others = [r for r in self.users(m.Name) if r != c.id]
                 if not others:
                     with contextlib.suppress(SvcError):
-                        await self.volumes.remove(m["Name"])
+                        await self.volumes.remove(m.Name)
 
     def users(self, name: str) -> list[str]:
         """The containers (any state) whose mount points name volume ``name``."""
         return [c.id for c in self.registry.all()
-                if any(m.get("Name") == name for m in c.mounts)]
+                if any(m.Name == name for m in c.mounts)]

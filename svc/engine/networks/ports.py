@@ -7,6 +7,7 @@ import ipaddress
 from typing import Any
 
 from svc.errors import InvalidParameter
+from svc.models.containers import ContainerConfig, HostConfigBody, PortBinding
 from svc.network.proxy import Binding
 
 
@@ -42,39 +43,38 @@ def _host_range(text: str, key: str) -> tuple[int, int]:
     return lo, hi
 
 
-def bindings(host_config: dict[str, Any], config: dict[str, Any]) -> list[Binding]:
+def bindings(host_config: HostConfigBody, config: ContainerConfig) -> list[Binding]:
     """What to publish, checked (400 naming the entry): each PortBindings entry, and with
     PublishAllPorts every exposed port not bound otherwise (on any free host port)."""
     out: list[Binding] = []
     bound: set[tuple[int, str]] = set()
-    for key, entries in (host_config.get("PortBindings") or {}).items():
+    for key, entries in (host_config.PortBindings or {}).items():
         port, proto = parse_port(key)
         bound.add((port, proto))
-        for entry in entries or [{}]:
-            host_ip = str((entry or {}).get("HostIp") or "")
+        for entry in entries or [PortBinding()]:
+            host_ip = entry.HostIp
             if host_ip:
                 try:
                     ipaddress.ip_address(host_ip)
                 except ValueError:
                     raise InvalidParameter(f"invalid host IP {host_ip!r} for {key}") from None
-            out.append(Binding(proto, host_ip, _host_range(
-                str((entry or {}).get("HostPort") or ""), key), port))
-    if host_config.get("PublishAllPorts"):
-        for key in sorted(config.get("ExposedPorts") or {}):
+            out.append(Binding(proto, host_ip, _host_range(entry.HostPort, key), port))
+    if host_config.PublishAllPorts:
+        for key in sorted(config.ExposedPorts or {}):
             port, proto = parse_port(key)
             if (port, proto) not in bound:
                 out.append(Binding(proto, "", (0, 0), port))
     return out
 
 
-def exposed(host_config: dict[str, Any], config: dict[str, Any]) -> list[tuple[int, str]]:
+def exposed(host_config: HostConfigBody, config: ContainerConfig) -> list[tuple[int, str]]:
     """Every port the container exposes or publishes, sorted. Both were checked at create; a
     key that does not parse (a record of an older svc) is left out, never fails a list."""
-    keys = [*(config.get("ExposedPorts") or {}), *(host_config.get("PortBindings") or {})]
+    keys = [*(config.ExposedPorts or {}), *(host_config.PortBindings or {})]
     return sorted({parse_port(k) for k in keys if valid_port(k)})
 
 
-def port_map(host_config: dict[str, Any], config: dict[str, Any],
+def port_map(host_config: HostConfigBody, config: ContainerConfig,
              published: list[Binding] | None) -> dict[str, Any]:
     """NetworkSettings.Ports: ``"80/tcp": [{"HostIp", "HostPort"}]``, or null if it is only
     exposed (or the container does not run)."""

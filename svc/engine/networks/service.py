@@ -22,6 +22,7 @@ import trio
 
 from svc.engine.events import EventBus
 from svc.engine.networks.dns import EmbeddedDNS, lookup
+from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.ipam import (
     EndpointInfo,
     Network,
@@ -282,8 +283,8 @@ class NetworkService:
 
     # -- containers ------------------------------------------------------------------------
 
-    def plan(self, mode: str, net_config: dict[str, dict[str, Any]],
-             ) -> list[tuple[Network, dict[str, Any]]]:
+    def plan(self, mode: str, net_config: dict[str, EndpointPlan],
+             ) -> list[tuple[Network, EndpointPlan]]:
         """The networks a container with NetworkMode ``mode`` and per-network settings
         ``net_config`` (by network id) joins at start, its first network (the one of
         NetworkMode) first. None for host, none and container:<ref>."""
@@ -291,10 +292,10 @@ class NetworkService:
             return []
         primary = self.default_bridge if mode in ("", "default", "bridge") else \
             self.resolve(mode)
-        out = [(primary, net_config.get(primary.id, {}))]
+        out = [(primary, net_config.get(primary.id, EndpointPlan()))]
         out += [(self.networks[nid], cfg) for nid, cfg in net_config.items()
                 if nid != primary.id and nid in self.networks]
-        return [(n, cfg) for n, cfg in out if not cfg.get("Disconnected")]
+        return [(n, cfg) for n, cfg in out if not cfg.disconnected]
 
     def next_ifname(self, cid: str) -> str:
         used = {info.endpoint.ifname for _, info in self.of_container(cid)}
