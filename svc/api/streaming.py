@@ -1,70 +1,63 @@
-"""Streaming response bodies tied to the request's cancel scope.
+"""The one way a view streams a response body: ``respond_chunked`` (and its variants for a
+blocking source and for a body of known length).
 
-``StreamBody`` wraps an async iterator of byte chunks together with a cleanup callable, so that
-whatever the stream holds (a subscription, a channel) is released however the response ends:
-normally, by a producer error, or by the client going away (quart-trio cancels the request
-nursery within milliseconds of a disconnect, and that nursery is where the body is iterated).
-
-Bulk streams (logs) skip hypercorn instead: the view takes the connection over, and
-``send_chunks`` or ``send_chunks_from_thread`` write a chunked body straight to the socket.
-Going through Quart, hypercorn and h11 costs more CPU than producing the bytes does.
+The body is written straight to the connection, chunked, and the connection closes after it:
+going through Quart, hypercorn and h11 costs more CPU per chunk than producing the bytes does
+(logs, events, archives). The client sends nothing after its request, so its EOF means it has
+gone: that cancels the producer at once, even while it waits for output that may never come.
+A view that is still reading its request body while it answers (an import streams its
+upload) cannot take the connection over; ``respond_chunked(..., reads_body=True)`` sends the
+same chunks through Quart instead, where a disconnect cancels the request's scope.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
+from typing import Any, BinaryIO, cast
 
 import trio
+from quart import Response, request
 from quart.wrappers.response import ResponseBody
 
 from svc.api.heads import response_head
+from svc.api.hijack import hijack
 from svc.api.rawstream import RawStream
 from svc.engine.streams import FdWriter, thread_iter
 
 log = logging.getLogger("svc.api.streaming")
 
+# An async iterator of chunks, or an async context manager giving one (a
+# ``trio.as_safe_channel`` generator): closed however the response ends.
+Chunks = AsyncIterator[bytes] | AbstractAsyncContextManager[AsyncIterator[bytes]]
 
-class StreamBody(ResponseBody):
-    def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None]) -> None:
+
+class _RequestScopedBody(ResponseBody):
+    """A body Quart sends, for a view still reading its request body while it answers
+    (import). Entered when Quart begins sending, closed when sending ends, inside the
+    request's cancel scope: a disconnect cancels it."""
+
+    def __init__(self, chunks: Chunks) -> None:
         self._chunks = chunks
-        # Runs once: on __aexit__, or when a response that was never sent is collected (the
-        # request was cancelled between the view returning and the body being entered).
-        self._cleanup = weakref.finalize(self, cleanup)
+        self._cm: AbstractAsyncContextManager[AsyncIterator[bytes]] | None = None
 
     async def __aenter__(self) -> AsyncIterator[bytes]:
+        if isinstance(self._chunks, AbstractAsyncContextManager):
+            self._cm = self._chunks
+            return await self._cm.__aenter__()
         return self._chunks
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        try:
-            aclose = getattr(self._chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        finally:
-            self._cleanup()
-
-
-class ChannelBody(ResponseBody):
-    """A response body produced by a ``trio.as_safe_channel`` generator.
-
-    The generator (and the nursery inside it) starts when Quart begins sending the body and is
-    closed when sending ends, inside the request's cancel scope: a disconnect cancels it.
-    """
-
-    def __init__(self, cm: AbstractAsyncContextManager[AsyncIterator[bytes]]) -> None:
-        self._cm = cm
-
-    async def __aenter__(self) -> AsyncIterator[bytes]:
-        return await self._cm.__aenter__()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self._cm.__aexit__(exc_type, exc, tb)
+        if self._cm is not None:
+            await self._cm.__aexit__(exc_type, exc, tb)
+            return
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 # -- bodies written straight to a taken-over connection ------------------------------------
@@ -77,10 +70,14 @@ def chunked(data: bytes) -> bytes:
     return b"".join((b"%x\r\n" % len(data), data, b"\r\n"))
 
 
-def direct_head(content_type: str) -> bytes:
-    """The head of a chunked body that the view writes itself; the connection then closes."""
-    return response_head("200 OK", [("Content-Type", content_type),
-                                    ("Transfer-Encoding", "chunked"), ("Connection", "close")])
+def direct_head(content_type: str, headers: Sequence[tuple[str, str]] = (), *,
+                length: int | None = None) -> bytes:
+    """The head of a body that the view writes itself (chunked unless its ``length`` is
+    known); the connection then closes."""
+    framing = ("Content-Length", str(length)) if length is not None \
+        else ("Transfer-Encoding", "chunked")
+    return response_head("200 OK", [("Content-Type", content_type), *headers, framing,
+                                    ("Connection", "close")])
 
 
 async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes]) -> None:
@@ -137,3 +134,87 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
         log.info("a streamed response stopped: %s", exc)  # EPIPE: the client went away
     finally:
         os.close(fd)
+
+
+# -- the views' entry points ------------------------------------------------------------------
+
+async def respond_chunked(chunks: Chunks, *, content_type: str,
+                          headers: Sequence[tuple[str, str]] = (),
+                          reads_body: bool = False) -> Response:
+    """Answer the current request with ``chunks`` as a chunked 200 (see the module).
+
+    Errors the view wants as a status code must be raised before this is called: from here
+    on the head is out. Cancellation (the client gone, the daemon stopping) closes
+    ``chunks`` and the connection."""
+    if reads_body:
+        return Response(_RequestScopedBody(chunks), status=200, content_type=content_type,
+                        headers=dict(headers))
+    try:
+        raw = await hijack(request, head=direct_head(content_type, headers))
+    except BaseException:
+        await _close(chunks)
+        raise
+    raw.grow_send_buffer()
+    try:
+        if isinstance(chunks, AbstractAsyncContextManager):
+            async with chunks as iterator:
+                await send_chunks(raw, iterator)
+        else:
+            await send_chunks(raw, chunks)
+    finally:
+        await raw.aclose()
+    return Response(b"")
+
+
+async def respond_chunked_from_thread(chunks: Iterator[bytes], *, content_type: str) -> Response:
+    """``respond_chunked`` for a blocking source, read and written by one worker thread."""
+    try:
+        raw = await hijack(request, head=direct_head(content_type))
+    except BaseException:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+        raise
+    raw.grow_send_buffer()
+    try:
+        await send_chunks_from_thread(raw, chunks)
+    finally:
+        await raw.aclose()
+    return Response(b"")
+
+
+async def respond_sized_from_thread(write: Callable[[BinaryIO], None], length: int,
+                                    fallback: Callable[[], Chunks], *,
+                                    content_type: str) -> Response:
+    """A body of known ``length`` that ``write`` produces into a file object from a worker
+    thread, straight to the socket; on a TLS connection, ``fallback()``'s chunks instead.
+    A client that goes makes the next write fail, which ends the worker."""
+    raw = await hijack(request, head=direct_head(content_type, length=length))
+    fd = raw.dup_fd()
+    try:
+        if fd is not None:
+            await trio.to_thread.run_sync(write, cast(BinaryIO, FdWriter(fd)))
+        else:
+            source = fallback()
+            if isinstance(source, AbstractAsyncContextManager):
+                async with source as iterator:
+                    async for chunk in iterator:
+                        await raw.send_all(chunk)
+            else:
+                async for chunk in source:
+                    await raw.send_all(chunk)
+    except (OSError, trio.BrokenResourceError) as exc:
+        log.info("a streamed response stopped: %s", exc)  # the client went away
+    finally:
+        if fd is not None:
+            os.close(fd)
+        await raw.aclose()
+    return Response(b"")
+
+
+async def _close(chunks: Chunks) -> None:
+    if isinstance(chunks, AbstractAsyncContextManager):
+        return  # never entered: nothing started
+    aclose: Any = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()

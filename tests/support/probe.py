@@ -15,7 +15,7 @@ import trio.lowlevel
 from quart import Blueprint, Response, request
 
 from svc.api.hijack import hijack
-from svc.api.streaming import StreamBody
+from svc.api.streaming import respond_chunked
 from svc.engine.engine import Engine
 from svc.engine.events import SUBSCRIBER_LAG
 from svc.wire import stdcopy
@@ -79,7 +79,7 @@ def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
             finally:
                 cancelled[tag] = time.monotonic()
 
-        return Response(StreamBody(chunks(), lambda: None), content_type="text/plain")
+        return await respond_chunked(chunks(), content_type="text/plain")
 
     @bp.get("/_probe/cancelled")
     async def report() -> Response:

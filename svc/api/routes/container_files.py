@@ -13,7 +13,7 @@ from quart_trio import QuartTrio
 from svc.api.errors import json_errors
 from svc.api.params import json_body, qbool, qstr
 from svc.api.shaping import json_response
-from svc.api.streaming import StreamBody
+from svc.api.streaming import respond_chunked
 from svc.api.wiring import Wired
 from svc.engine.backend import ContainersBackend
 from svc.engine.containers.container import Container
@@ -52,8 +52,7 @@ async def export(ref: str) -> Response:
     c = _ctr(ref)
     chunks = containers().fs.export(c)
     await chunks.__anext__()  # started: errors before this are the status code
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/octet-stream")
+    return await respond_chunked(chunks, content_type="application/octet-stream")
 
 
 @bp.route("/containers/<ref>/archive", methods=["HEAD"])
@@ -71,8 +70,8 @@ async def archive_get(ref: str) -> Response:
     c = _ctr(ref)
     with _file_of(ref):
         chunks, info = await _tar_of(c, _archive_path())
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/x-tar", headers=_stat_headers(info))
+    return await respond_chunked(chunks, content_type="application/x-tar",
+                                 headers=list(_stat_headers(info).items()))
 
 
 @bp.put("/containers/<ref>/archive")
@@ -95,8 +94,7 @@ async def copy(ref: str) -> Response:
         raise InvalidParameter("Path cannot be empty")
     with _file_of(ref):
         chunks, _info = await _tar_of(c, body.Resource)
-    return Response(StreamBody(chunks, lambda: None), status=200,
-                    content_type="application/x-tar")
+    return await respond_chunked(chunks, content_type="application/x-tar")
 
 
 async def _tar_of(c: Container, path: str) -> tuple[AsyncIterator[bytes], dict[str, Any]]:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 
 import pydantic_core
-import trio
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response
 from quart_trio import QuartTrio
 
-from svc.api.heads import response_head
-from svc.api.hijack import hijack
 from svc.api.params import qfilters, qstr
-from svc.api.rawstream import RawStream
+from svc.api.streaming import respond_chunked
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import EventsBackend
@@ -96,11 +92,15 @@ def _time_param(name: str) -> int | None:
 
 
 async def _chunks(sub: Subscription, shape: str) -> AsyncGenerator[bytes, None]:
+    """The subscription's events; closing the generator ends the subscription."""
     # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
-    async for batch in sub.batches():
-        yield b"".join([encode(ev, shape) for ev in batch])
-    if sub.error:
-        yield StreamError(error=sub.error, errorDetail={"message": sub.error}).wire()
+    try:
+        async for batch in sub.batches():
+            yield b"".join([encode(ev, shape) for ev in batch])
+        if sub.error:
+            yield StreamError(error=sub.error, errorDetail={"message": sub.error}).wire()
+    finally:
+        sub.close()
 
 
 @bp.get("/events")
@@ -112,35 +112,8 @@ async def events() -> Response:
         filters["type"] = ["container", "image"]  # the only kinds the old shape can express
     # Subscribe before the headers go out: nothing published from here on is missed.
     sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
-    chunks = _chunks(sub, wire_shape(version))
     try:
-        # The stream is written straight to the connection (chunked by hand): the per-chunk
-        # trip through Quart, hypercorn's stream and h11 costs more than the events do.
-        raw = await hijack(request, head=response_head("200 OK", [
-            ("Content-Type", "application/json"), ("Transfer-Encoding", "chunked"),
-            ("Connection", "close")]))
-    except BaseException:
-        sub.close()
-        raise
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_eof, raw, nursery.cancel_scope)
-            try:
-                async with aclosing(chunks):
-                    async for chunk in chunks:
-                        await raw.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                await raw.send_all(b"0\r\n\r\n")
-            except trio.BrokenResourceError:
-                pass  # the client went away
-            nursery.cancel_scope.cancel()
+        return await respond_chunked(_chunks(sub, wire_shape(version)),
+                                     content_type="application/json")
     finally:
-        sub.close()
-        await raw.aclose()
-    return Response(b"")
-
-
-async def _cancel_on_eof(raw: RawStream, scope: trio.CancelScope) -> None:
-    """An events client sends nothing after its request: end of input means it has gone."""
-    while await raw.receive_some():
-        pass
-    scope.cancel()
+        sub.close()  # also when the stream never started
