@@ -38,6 +38,10 @@ class PathNotFound(NotFound):
         return PathNotFound(self.path, ref)
 
 
+class Unauthorized(SvcError):
+    """A registry refused the credentials, or wants some (``docker login``, push, pull)."""
+
+
 class Conflict(SvcError):
     """The request is valid but clashes with the current state (name in use, running, ...)."""
 

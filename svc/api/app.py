@@ -18,6 +18,7 @@ from svc.api.routes import events as events_routes
 from svc.api.routes import execs as execs_routes
 from svc.api.routes import images as images_routes
 from svc.api.routes import networks as networks_routes
+from svc.api.routes import registry as registry_routes
 from svc.api.routes import system as system_routes
 from svc.api.routes import volumes as volumes_routes
 from svc.api.versioning import SCOPE_KEY, VersionPrefix, resolve
@@ -58,6 +59,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     # each router gets the slice of the engine it needs (svc.engine.backend)
     system_routes.register(app, engine)
     events_routes.register(app, engine)
+    registry_routes.register(app, engine)
     images_routes.register(app, engine)
     containers_routes.register(app, engine)
     container_files_routes.register(app, engine)

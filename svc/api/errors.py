@@ -25,6 +25,7 @@ log = logging.getLogger("svc.api")
 STATUS: dict[type[errors.SvcError], int] = {
     errors.NotModified: 304,
     errors.InvalidParameter: 400,
+    errors.Unauthorized: 401,
     errors.Forbidden: 403,
     errors.NotFound: 404,
     errors.NotAcceptable: 406,
@@ -39,10 +40,12 @@ R = TypeVar("R")
 
 
 def status_of(exc: errors.SvcError) -> int:
-    for kind in type(exc).__mro__:
-        if kind in STATUS:
-            return STATUS[kind]
-    return 500
+    """The status of the most specific kind: an error that is both a machine failure and
+    something more telling (the registry adapter's ``NotFound`` is also a ``SystemError_``)
+    gets the telling one's status."""
+    found = [STATUS[kind] for kind in type(exc).__mro__ if kind in STATUS]
+    telling = [s for s in found if s != 500]
+    return telling[0] if telling else 500
 
 
 def json_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

@@ -8,8 +8,10 @@ from typing import Protocol
 
 from svc.engine.containers.service import ContainerService
 from svc.engine.events import EventBus
+from svc.engine.images.push import Pusher
 from svc.engine.images.service import ImageService
 from svc.engine.networks.service import NetworkService
+from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
 from svc.models.system import SystemInfo, VersionInfo
 
@@ -34,6 +36,16 @@ class ImagesBackend(Protocol):
 
     @property
     def images(self) -> ImageService: ...
+
+
+class RegistryBackend(Protocol):
+    """``/auth``, ``/images/search`` and ``/images/{name}/push``."""
+
+    @property
+    def registries(self) -> Registries: ...
+
+    @property
+    def pusher(self) -> Pusher: ...
 
 
 class ContainersBackend(Protocol):

@@ -15,12 +15,14 @@ import trio
 
 from svc.engine import system
 from svc.engine.containers.container import Container
-from svc.engine.containers.run import RunnerDeps
 from svc.engine.containers.service import ContainerService
 from svc.engine.containers.spec import HostFacts
 from svc.engine.events import REPLAY_EVENTS, EventBus
+from svc.engine.images.distribution import DistributionMap
+from svc.engine.images.push import Pusher
 from svc.engine.images.service import ImageService
 from svc.engine.networks.service import NetworkService
+from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
@@ -71,6 +73,9 @@ class Engine:
         self.engine_id = ""
         self._lock = RootLock(config.root)
         self.images = ImageService(config.root, self.store, self.events)
+        self.registries = Registries(config.registry)
+        self.distribution = DistributionMap(config.root)
+        self.pusher = Pusher(self.images, self.distribution, config.registry)
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
@@ -82,15 +87,14 @@ class Engine:
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
         self.launches = Launches()  # shared by the runner and the orphan reaper
-        deps = RunnerDeps(
-            runtime=self.runtime, cgroups=self.cgroups, images=self.images, events=self.events,
-            exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
+        self.containers = ContainerService(
+            config.root, runtime=self.runtime, cgroups=self.cgroups, images=self.images,
+            events=self.events, volumes=self.volumes, networks=self.networks,
+            launches=self.launches,
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
+            exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             save=self._save_container, delete=self._delete_container,
-            auto_remove=self._auto_remove,
-            resolve=lambda ref: self.containers.resolve(ref), volumes=self.volumes,
-            networks=self.networks, launches=self.launches)
-        self.containers = ContainerService(config.root, deps, None)
+            auto_remove=self._auto_remove, knobs=self._probe_knobs())
         self.volumes.referrers = self.containers.volume_users
         self._nursery: trio.Nursery | None = None
 
@@ -107,11 +111,11 @@ class Engine:
             if report.skipped:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
+        self.distribution.open()
         self.volumes.open(self.records["volumes"])
         for nid, rec in self.networks.open(self.records["networks"], self.engine_id):
             self.store.put("networks", nid, rec)
             self.records["networks"][nid] = rec
-        self.containers.knobs = self._probe_knobs()
         self.containers.open(self.records["containers"],
                              keep=self.store.ids_on_disk("containers"))
         replayed = self.events.load()

@@ -71,3 +71,13 @@ class ProgressMessage(WireModel):
 
     def line(self) -> bytes:
         return self.model_dump_json(exclude_none=True).encode() + b"\r\n"
+
+
+class SearchResult(WireModel):
+    """One entry of ``GET /images/search``."""
+
+    name: str
+    description: str = ""
+    star_count: int = 0
+    is_official: bool = False
+    is_automated: bool = False

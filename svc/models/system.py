@@ -92,3 +92,21 @@ class SystemInfo(WireModel):
     ClusterStore: str = ""
     ClusterAdvertise: str = ""
     DiscoveryBackend: str = ""
+
+
+class AuthBody(WireModel):
+    """``POST /auth``: the credentials a client asks the daemon to check (field names folded
+    as Go's decoder folds them: the CLI sends ``username``, docker-py ``Username`` too)."""
+
+    username: str = ""
+    password: str = ""
+    auth: str = ""
+    email: str = ""
+    serveraddress: str = ""
+    identitytoken: str = ""
+    registrytoken: str = ""
+
+
+class AuthAnswer(WireModel):
+    Status: str
+    IdentityToken: str = ""

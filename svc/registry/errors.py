@@ -32,7 +32,7 @@ class RegistryError(errors.SystemError_):
         self.detail = detail or message
 
 
-class Unauthorized(RegistryError):
+class Unauthorized(RegistryError, errors.Unauthorized):
     """Authentication failed or is required (HTTP 401, or a token server's refusal)."""
 
 

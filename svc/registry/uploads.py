@@ -2,7 +2,8 @@
 
 An upload opens a session (``POST /v2/<name>/blobs/uploads/`` -> 202 and a ``Location``),
 sends the bytes (one ``PUT ?digest=``, or ``PATCH`` chunks with ``Content-Range`` and a final
-empty ``PUT ?digest=``), and the registry verifies the digest itself. With ``mount_from`` the
+empty ``PUT ?digest=``, or one streamed ``PATCH`` when the digest is known only at the end),
+and the registry verifies the digest itself. With ``mount_from`` the
 POST asks to link the blob from another repository of the same registry first
 (``?mount=<digest>&from=<repo>``): 201 means done without sending a byte, 202 means the
 registry declined and opened an ordinary session instead.
@@ -84,6 +85,47 @@ async def push(client: RegistryClient, name: str, digest: str, size: int, source
     return Pushed.UPLOADED
 
 
+async def push_streamed(client: RegistryClient, name: str,
+                        chunks: Callable[[], AsyncIterable[bytes]],
+                        digest: Callable[[], str]) -> str:
+    """Put one blob whose digest is known only once its bytes are all sent: one ``PATCH``
+    with a chunked body (compression and upload overlap), then ``PUT ?digest=``.
+
+    Args:
+        chunks: the content; called once (a registry that asks for authentication half-way
+            through the body fails the upload instead of getting it again).
+        digest: called after ``chunks`` ended: the digest of what was sent.
+
+    Returns:
+        The digest the registry stored (the same, or :class:`DigestMismatch`).
+    """
+    location = await _start(client, name, "", None)
+    assert location is not None
+    push_scope = (repository_scope(name, "pull", "push"),)
+    calls = 0
+
+    def body() -> AsyncIterable[bytes]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RegistryError(f"upload to {name}: the registry asked for authentication "
+                                "in the middle of the upload")
+        return chunks()
+
+    patched = await client.request("PATCH", location, ok=(202, 204), scopes=push_scope,
+                                   content=body, what=f"upload {name}",
+                                   headers={"Content-Type": "application/octet-stream"})
+    location = _next_location(patched, location)
+    wanted = digests.check(digest())
+    answer = await client.request(
+        "PUT", location, params=_with_digest(location, wanted), ok=(201, 204),
+        scopes=push_scope, content=b"", what=f"blob {wanted}", headers={"Content-Length": "0"})
+    stored = answer.headers.get("docker-content-digest", wanted)
+    if stored != wanted:
+        raise DigestMismatch(f"blob {wanted}: the registry stored {stored}")
+    return wanted
+
+
 async def mount(client: RegistryClient, name: str, digest: str, from_repo: str) -> bool:
     """Try to mount a blob from ``from_repo``; True when mounted, False when declined (the
     session the registry opened instead is left to expire)."""
@@ -95,7 +137,7 @@ async def _start(client: RegistryClient, name: str, digest: str,
     """Open an upload session (its absolute URL), or None when the mount succeeded."""
     scopes = [repository_scope(name, "pull", "push")]
     params = None
-    if mount_from is not None:
+    if mount_from is not None and digest:
         scopes.append(repository_scope(mount_from, "pull"))
         params = {"mount": digest, "from": mount_from}
     answer = await client.request("POST", f"/v2/{name}/blobs/uploads/", ok=(201, 202),

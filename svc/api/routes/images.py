@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
-from typing import Any, BinaryIO, cast
+from typing import Any
 
 import trio
 from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 
-from svc.api.heads import response_head
-from svc.api.hijack import hijack
 from svc.api.params import qbool, qfilters, qstr
+from svc.api.progress import progress_lines
 from svc.api.shaping import json_response
-from svc.api.streaming import ChannelBody
+from svc.api.streaming import respond_chunked, respond_sized_from_thread
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ImagesBackend
@@ -27,8 +25,8 @@ from svc.engine.images.load import load_images
 from svc.engine.images.remove import remove_image
 from svc.engine.images.save import plan_save, save_size, write_save
 from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
-from svc.engine.streams import FdWriter, ThreadWriter
-from svc.errors import InvalidParameter, NotFound, SvcError, Unsupported, unwrap
+from svc.engine.streams import ThreadWriter
+from svc.errors import InvalidParameter, NotFound, Unsupported, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
 
@@ -145,8 +143,9 @@ async def create() -> Response:
     body: AsyncIterator[bytes] = request.body
     if src == "-":
         body = await sniff_archive(request.body)  # garbage is a 400, before the stream
-    return Response(ChannelBody(_import_stream(images(), spec, body)),
-                    content_type="application/json")
+    lines = progress_lines(partial(import_image, images(), spec, body), "import",
+                           lambda image: Msg(status=image.id).line())
+    return await respond_chunked(lines, content_type="application/json", reads_body=True)
 
 
 def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:
@@ -155,34 +154,6 @@ def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:
             raise InvalidParameter("tag given without repo")
         return None
     return svc.tag_reference(repo, tag)
-
-
-@trio.as_safe_channel
-async def _import_stream(svc: ImageService, spec: ImportSpec,
-                         body: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-    send, recv = trio.open_memory_channel[dict[str, Any]](64)
-    outcome: dict[str, Any] = {}
-
-    async def work() -> None:
-        async with send:
-            try:
-                outcome["image"] = await import_image(svc, spec, body, send)
-            except Exception as exc:  # headers are gone: report in the stream, as dockerd does
-                cause = unwrap(exc)
-                if isinstance(cause, SvcError):
-                    outcome["error"] = str(cause)
-                else:
-                    log.exception("import failed")
-                    outcome["error"] = f"import failed: {type(cause).__name__}: {cause}"
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(work)
-        async for msg in recv:
-            yield Msg(**msg).line()
-    if "error" in outcome:
-        yield Msg(error=outcome["error"], errorDetail={"message": outcome["error"]}).line()
-    else:
-        yield Msg(status=outcome["image"].id).line()
 
 
 @bp.post("/images/load")
@@ -222,32 +193,12 @@ async def _save(names: list[str]) -> Response:
         size = await trio.to_thread.run_sync(save_size, items, svc.layers, mtime)
         # The tarball goes straight from a worker thread to the socket (no per-chunk trip
         # through the event loop), with its exact length announced up front.
-        raw = await hijack(request, head=response_head("200 OK", [
-            ("Content-Type", "application/x-tar"), ("Content-Length", str(size)),
-            ("Connection", "close")]))
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await svc.release_layers(chains)
-        raise
-    fd = raw.dup_fd()
-    try:
-        if fd is not None:
-            out = cast(BinaryIO, FdWriter(fd))
-            await trio.to_thread.run_sync(
-                partial(write_save, items, svc.layers, out, mtime=mtime))
-        else:  # TLS: through the stream
-            async with _save_stream(svc, items, mtime) as chunks:
-                async for chunk in chunks:
-                    await raw.send_all(chunk)
-    except (OSError, trio.BrokenResourceError) as exc:
-        log.info("save stopped: %s", exc)  # the client went away
+        return await respond_sized_from_thread(
+            partial(write_save, items, svc.layers, mtime=mtime), size,
+            lambda: _save_stream(svc, items, mtime), content_type="application/x-tar")
     finally:
-        if fd is not None:
-            os.close(fd)
         with trio.CancelScope(shield=True):
             await svc.release_layers(chains)
-        await raw.aclose()
-    return Response(b"")
 
 
 @trio.as_safe_channel

@@ -274,8 +274,10 @@ class ImageService:
 
     # -- verbs ------------------------------------------------------------------------------
 
-    async def add_ref(self, image: Image, ref: reference.Reference, *, force: bool) -> None:
-        """Point ``ref`` at ``image`` (durably) and emit ``tag``."""
+    async def add_ref(self, image: Image, ref: reference.Reference, *, force: bool,
+                      event: bool = True) -> None:
+        """Point ``ref`` at ``image`` (durably) and emit ``tag`` (unless ``event`` is False:
+        a push records the RepoDigest it made without one)."""
         name, key = ref.familiar_name, ref.familiar_string()
         current = self.repos.get(name, {}).get(key)
         if current is not None and current != image.id and not force:
@@ -284,7 +286,8 @@ class ImageService:
                            "please use the force option")
         self.repos.setdefault(name, {})[key] = image.id
         await self._save_refs()
-        self.events.publish("image", "tag", image.id, {"name": key})
+        if event:
+            self.events.publish("image", "tag", image.id, {"name": key})
 
     async def drop_ref(self, image: Image, key: str) -> None:
         name = key.split("@", 1)[0] if "@" in key else key.rsplit(":", 1)[0]
