@@ -13,13 +13,17 @@ from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.restore import ContainerRestore
 from svc.engine.containers.run import Runner
 from svc.engine.containers.state import State
+from svc.models.containers import ContainerConfig
+from svc.models.containers import HostConfigBody as HostConfig
 from tests.fakes.runner import FakeRunner
 from tests.fakes.runtime import FakeRuntime
 
 
 def _container(cid: str, status: State, policy: str = "no", started: bool = True) -> Container:
-    c = Container(id=cid, name=f"/{cid}", created_ns=1, path="sh", args=[], config={},
-                  host_config={"RestartPolicy": {"Name": policy}}, image_id="sha256:x")
+    c = Container(id=cid, name=f"/{cid}", created_ns=1, path="sh", args=[],
+                  config=ContainerConfig(), host_config=HostConfig.model_validate(
+                      {"RestartPolicy": {"Name": policy}}),
+                  image_id="sha256:x")
     c.state.status = status
     c.has_been_started = started
     return c

@@ -9,6 +9,8 @@ import pytest
 from svc.engine.containers.container import Container
 from svc.engine.containers.state import State
 from svc.engine.containers.supervise import Supervisor
+from svc.models.containers import ContainerConfig
+from svc.models.containers import HostConfigBody as HostConfig
 from svc.runtime.cgroups import CgroupV1
 from tests.fakes.runtime import FakeRuntime
 
@@ -24,8 +26,10 @@ def _supervisor() -> Supervisor:
 
 
 def _container(policy: dict[str, Any]) -> Container:
-    c = Container(id="c" * 64, name="/c", created_ns=1, path="sh", args=[], config={},
-                  host_config={"RestartPolicy": policy}, image_id="sha256:x")
+    c = Container(id="c" * 64, name="/c", created_ns=1, path="sh", args=[],
+                  config=ContainerConfig(), host_config=HostConfig.model_validate(
+                      {"RestartPolicy": policy}),
+                  image_id="sha256:x")
     c.state.status = State.EXITED
     return c
 
