@@ -145,7 +145,7 @@ async def create() -> Response:
         body = await sniff_archive(request.body)  # garbage is a 400, before the stream
     lines = progress_lines(partial(import_image, images(), spec, body), "import",
                            lambda image: Msg(status=image.id).line())
-    return await respond_chunked(lines, content_type="application/json", reads_body=True)
+    return await respond_chunked(lines, content_type="application/json", keep_alive=True)
 
 
 def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:
