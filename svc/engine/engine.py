@@ -19,6 +19,8 @@ from svc.engine.containers.service import ContainerService
 from svc.engine.containers.spec import HostFacts
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images.distribution import DistributionMap
+from svc.engine.images.downloads import DownloadManager
+from svc.engine.images.pull import Puller
 from svc.engine.images.push import Pusher
 from svc.engine.images.service import ImageService
 from svc.engine.networks.service import NetworkService
@@ -76,6 +78,8 @@ class Engine:
         self.registries = Registries(config.registry)
         self.distribution = DistributionMap(config.root)
         self.pusher = Pusher(self.images, self.distribution, config.registry)
+        self.downloads = DownloadManager(config.root, config.registry)
+        self.puller = Puller(self.images, self.distribution, self.downloads, config.registry)
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
@@ -128,6 +132,7 @@ class Engine:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
+            await nursery.start(self.downloads.run)
             await nursery.start(reap_orphans, self.containers.waited_pids, self.launches)
             await nursery.start(self.containers.stats.run)
             try:
