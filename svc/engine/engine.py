@@ -22,7 +22,7 @@ from svc.engine.images.distribution import DistributionMap
 from svc.engine.images.downloads import DownloadManager
 from svc.engine.images.pull import Puller
 from svc.engine.images.push import Pusher
-from svc.engine.images.service import ImageService
+from svc.engine.images.service import Image, ImageService
 from svc.engine.networks.service import NetworkService
 from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
@@ -80,6 +80,7 @@ class Engine:
         self.pusher = Pusher(self.images, self.distribution, config.registry)
         self.downloads = DownloadManager(config.root, config.registry)
         self.puller = Puller(self.images, self.distribution, self.downloads, config.registry)
+        self.images.on_delete = self._forget_partial_blobs
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
@@ -125,6 +126,12 @@ class Engine:
         replayed = self.events.load()
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)
+
+    async def _forget_partial_blobs(self, image: Image) -> None:
+        """A removed image's layers need no half-downloaded blobs any more."""
+        diff_ids = image.config.get("rootfs", {}).get("diff_ids") or []
+        blobs = {b for d in diff_ids for b, _ in self.distribution.lookup(str(d))}
+        await self.downloads.forget(sorted(blobs))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the engine's background tasks until cancelled."""

@@ -141,3 +141,18 @@ async def test_disconnect_stops_at_once_and_the_next_pull_resumes(
     got = (await client.get(f"/v1.23/images/{repo}:latest/json")).json()
     assert got["Id"] == digest(image.config)
     assert not partial.exists()
+
+
+async def test_removing_an_image_forgets_partial_blobs_of_its_layers(
+        client: httpx.AsyncClient, open_registry: Registry,
+        image_dirs: tuple[Path, Path]) -> None:
+    _, downloads = image_dirs
+    path, image = await _hand_made(open_registry, 50_000)
+    repo = f"{open_registry.domain}/{path}"
+    assert (await pull(client, repo)).status_code == 200
+    blob = digest(image.layers[0])
+    left = downloads / f"sha256-{blob.partition(':')[2]}.partial"
+    left.write_bytes(image.layers[0][:1000])  # as a cut pull of another image leaves it
+    r = await client.delete(f"/v1.23/images/{repo}:latest")
+    assert r.status_code == 200, r.text
+    assert not left.exists()
