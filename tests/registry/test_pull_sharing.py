@@ -1,21 +1,23 @@
 """Better than the engines users have: concurrent pulls share each blob's download (counted
 at a proxy in front of the registry); a client that goes away cancels only what nobody else
 waits for, stops its transfers within 100 ms and leaves nothing half-made; the next pull
-resumes the partial blob with ``Range`` (counted in bytes served)."""
+resumes the partial blob with ``Range`` (counted in bytes served), and a connection cut
+mid-blob is retried from where it stopped within the same pull."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from svc.registry import manifests
 from svc.registry.client import RegistryClient
 from tests.registry.conftest import unique
 from tests.registry.content import Image, digest, push_image
-from tests.registry.netfakes import CountingProxy
+from tests.registry.netfakes import Answer, CountingProxy, FakeRegistry
 from tests.registry.pulling import assert_pulled, gz_layers, layer_statuses, pull, short, tar_image
 from tests.registry.pushing import messages
 from tests.registry.registryd import Registry
@@ -159,3 +161,45 @@ async def test_removing_an_image_forgets_partial_blobs_of_its_layers(
     r = await client.delete(f"/v1.23/images/{repo}:latest")
     assert r.status_code == 200, r.text
     assert not left.exists()
+
+
+async def test_a_cut_connection_is_retried_from_where_it_stopped(
+        client: httpx.AsyncClient) -> None:
+    """A registry that drops the connection half-way through a blob: the same pull tries
+    again a second later, asking only for the rest."""
+    image = tar_image(gz_layers(600_000))
+    layer = image.layers[0]
+    half = len(layer) // 2
+    ranges: list[str] = []
+
+    async def route(method: str, target: str, headers: dict[str, str]) -> Answer:
+        if target.endswith("/manifests/latest"):
+            return 200, {"Content-Type": manifests.SCHEMA2, "Content-Length":
+                         str(len(image.manifest)), "Docker-Content-Digest": image.digest}, \
+                image.manifest
+        if target.endswith(f"/blobs/{digest(image.config)}"):
+            return 200, {"Content-Length": str(len(image.config))}, image.config
+        assert target.endswith(f"/blobs/{digest(layer)}"), target
+        if "range" not in headers:
+            async def cut() -> AsyncIterator[bytes]:
+                yield layer[:half]
+                raise trio.ClosedResourceError  # the connection drops
+            return 200, {"Content-Length": str(len(layer))}, cut
+        ranges.append(headers["range"])
+        start = int(headers["range"].removeprefix("bytes=").rstrip("-"))
+        return 206, {"Content-Length": str(len(layer) - start),
+                     "Content-Range": f"bytes {start}-{len(layer) - 1}/{len(layer)}"}, \
+            layer[start:]
+
+    async with trio.open_nursery() as nursery:
+        fake = await FakeRegistry(route).start(nursery)
+        repo = f"{fake.domain}/{unique('cut')}"
+        r = await pull(client, repo)
+        nursery.cancel_scope.cancel()
+    msgs = messages(r.text)
+    seen = layer_statuses(msgs, short(digest(layer)))
+    assert "Retrying in 1 second" in seen, msgs
+    assert seen[-1] == "Pull complete"
+    assert ranges == [f"bytes={half}-"]
+    got = (await client.get(f"/v1.23/images/{repo}:latest/json")).json()
+    assert got["Id"] == digest(image.config)

@@ -10,10 +10,12 @@ still waits for it, it goes on.
 
 Partial files live in ``<root>/downloads/<algorithm>-<hex>.partial`` and keep every byte
 received so far (``blobs.fetch`` flushes them when cancelled): the next download of the digest
-continues with ``Range``. A verified file is removed when its last user is done with it (the
-layer is in the store by then). Partial files older than ``MAX_AGE`` are removed, and the
-oldest ones go first when together they take more than ``BUDGET`` bytes; a per-digest lock
-keeps a new transfer from writing to a file an ending one still finishes.
+continues with ``Range``, as does the same transfer after a network error (tried again
+after 1, 2 and 4 seconds, ``Retrying in N seconds``). A verified file is removed when its
+last user is done with it (the layer is in the store by then). Partial files older than
+``MAX_AGE`` are removed, and the oldest ones go first when together they take more than
+``BUDGET`` bytes; a per-digest lock keeps a new transfer from writing to a file an ending
+one still finishes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import trio
 from svc.errors import SvcError
 from svc.registry import blobs
 from svc.registry.client import RegistryClient
-from svc.registry.errors import RegistryError
+from svc.registry.errors import RegistryError, Unreachable
 from svc.registry.transport import RegistryConfig
 from svc.wire.authconfig import AuthConfig
 
@@ -42,6 +44,7 @@ MAX_AGE = 24 * 3600.0  # seconds a partial file is kept
 BUDGET = 8 << 30  # bytes of partial files kept at most
 SWEEP_INTERVAL = 3600.0
 SUFFIX = ".partial"
+RETRY_DELAYS = (1, 2, 4)  # seconds before each new attempt after a network error
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Download:
     current: int = 0
     total: int | None = None
     resumed_from: int = 0
+    retry_in: int | None = None  # seconds before the next attempt, while waiting for it
     users: int = 0
     started: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
@@ -154,9 +158,7 @@ class DownloadManager:
                     download.started.set()
                     async with RegistryClient(source.domain, config=self.config,
                                               credentials=source.credentials) as client:
-                        fetched = await blobs.fetch(client, source.path, download.digest,
-                                                    download.partial, size=download.size,
-                                                    progress=download.progress)
+                        fetched = await self._fetch(client, source, download)
                     download.resumed_from = fetched.resumed_from
                     download.path = fetched.path
         except (RegistryError, SvcError, OSError) as exc:
@@ -171,6 +173,28 @@ class DownloadManager:
                     download.path.unlink()
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(download.digest, None)
+
+    @staticmethod
+    async def _fetch(client: RegistryClient, source: Source, download: Download
+                     ) -> blobs.Fetched:
+        """``blobs.fetch``, tried again (from where it stopped) after a network error,
+        counting down ``retry_in`` for the users to show."""
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return await blobs.fetch(client, source.path, download.digest,
+                                         download.partial, size=download.size,
+                                         progress=download.progress)
+            except Unreachable as exc:
+                if delay is None:
+                    raise
+                log.info("download of %s failed (%s): retrying in %d s", download.digest,
+                         exc, delay)
+            for left in range(delay, 0, -1):
+                download.retry_in = left
+                download.changed.set()
+                await trio.sleep(1)
+            download.retry_in = None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def sweep(self) -> list[Path]:
         """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the

@@ -174,7 +174,10 @@ class LayerPuller:
         while not download.done.is_set():
             await download.changed.wait()  # the first bytes are shown at once
             download.changed = trio.Event()
-            if download.current != sent and download.current > 0 \
+            if download.retry_in is not None:
+                await self.status(ident, f"Retrying in {download.retry_in} second"
+                                  + ("s" if download.retry_in > 1 else ""))
+            elif download.current != sent and download.current > 0 \
                     and not download.done.is_set():
                 sent = download.current
                 await self.progress(ident, "Downloading", sent, download.total, start)
