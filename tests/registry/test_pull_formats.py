@@ -1,7 +1,7 @@
 """Pulls of hand-made images PUT into the test registry: a signed schema 1 manifest (the
 config and id engines derive from it), a Docker manifest list and an OCI index (linux/amd64
-chosen, the list's digest recorded), and a registry serving a corrupted blob (refused in
-the stream; nothing left in the store)."""
+chosen, the list's digest recorded), an unsigned schema 1 manifest from a fake registry, and
+a registry serving a corrupted blob (refused in the stream; nothing left in the store)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from svc.registry import manifests, schema1, uploads
 from svc.registry.client import RegistryClient
 from tests.registry.conftest import unique
 from tests.registry.content import digest, index_document, push_image, random_image
+from tests.registry.netfakes import Answer, FakeRegistry
 from tests.registry.pulling import assert_pulled, gz_layers, layer_statuses, pull, short, tar_image
 from tests.registry.pushing import messages
 from tests.registry.registryd import Registry
@@ -123,3 +125,33 @@ async def test_wrong_diff_id_is_refused(client: httpx.AsyncClient,
     last = messages(r.text)[-1]
     assert "filesystem layer verification failed" in last.get("error", ""), r.text
     assert gzip.decompress(image.layers[0])  # the blob itself was fine
+
+
+async def test_schema1_unsigned_from_a_registry_that_serves_it(
+        client: httpx.AsyncClient) -> None:
+    """distribution refuses unsigned schema 1 pushes, older registries served them."""
+    base, top = gz_layers(20_000, 30_000)
+    doc = {"schemaVersion": 1, "name": "x", "tag": "latest", "architecture": "amd64",
+           "fsLayers": [{"blobSum": digest(top)}, {"blobSum": digest(base)}],
+           "history": [{"v1Compatibility": h} for h in history_docs(2)]}
+    raw = json.dumps(doc, indent=3).encode()
+    blobs = {digest(x): x for x in (base, top)}
+
+    async def route(method: str, target: str, headers: dict[str, str]) -> Answer:
+        if target.endswith("/manifests/latest"):
+            return 200, {"Content-Type": manifests.SCHEMA1, "Content-Length": str(len(raw))}, raw
+        blob = blobs[target.rpartition("/")[2]]
+        return 200, {"Content-Length": str(len(blob))}, blob
+
+    async with trio.open_nursery() as nursery:
+        fake = await FakeRegistry(route).start(nursery)
+        repo = f"{fake.domain}/{unique('unsigned')}"
+        r = await pull(client, repo)
+        nursery.cancel_scope.cancel()
+    msgs = messages(r.text)
+    assert msgs[-2:] == [{"status": f"Digest: {digest(raw)}"},
+                         {"status": f"Status: Downloaded newer image for {repo}:latest"}], msgs
+    config = schema1.image_config(schema1.layers(schema1.parse(raw)),
+                                  [timg.diff_id(x) for x in (base, top)])
+    got = (await client.get(f"/v1.23/images/{repo}:latest/json")).json()
+    assert got["Id"] == "sha256:" + hashlib.sha256(config).hexdigest()
