@@ -153,15 +153,21 @@ class LayerPuller:
                                      f"image config says {plan.diff_id}")
             if i > 0:
                 await committed[i - 1].wait()
-            with trio.CancelScope(shield=True):
-                info = await self.images.commit_layer(staged, chain[i - 1] if i else None)
-                self.pinned.append(info.chain_id)
+            chain[i] = await self.commit(staged, chain[i - 1] if i else None)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.images.layers.discard, staged)
-        diff_ids[i], chain[i] = staged.diff_id, info.chain_id
+        diff_ids[i] = staged.diff_id
         committed[i].set()
         await self.status(ident, "Pull complete")
+
+    async def commit(self, staged: StagedLayer, parent: str | None) -> str:
+        """Commit a verified staged layer on ``parent`` (pinned); its chain id. Shielded:
+        a layer in the store is always in ``pinned`` too, for the caller to release."""
+        with trio.CancelScope(shield=True):
+            info = await self.images.commit_layer(staged, parent)
+            self.pinned.append(info.chain_id)
+        return info.chain_id
 
     async def watch_download(self, ident: str, download: Download) -> Path:
         """Report the transfer's progress until it ends; the verified file."""
