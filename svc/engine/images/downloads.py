@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,6 +163,9 @@ class DownloadManager:
                     download.path = fetched.path
         except (RegistryError, SvcError, OSError) as exc:
             download.error = exc
+        except Exception as exc:  # a task of the manager's nursery must not take it down
+            log.exception("download of %s failed", download.digest)
+            download.error = exc
         finally:
             download.done.set()
             download.changed.set()
@@ -173,6 +176,8 @@ class DownloadManager:
                     download.path.unlink()
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(download.digest, None)
+            if download.path is None and self._nursery is not None:
+                self._nursery.start_soon(self.sweep)  # a partial file was kept: budget
 
     @staticmethod
     async def _fetch(client: RegistryClient, source: Source, download: Download
@@ -199,7 +204,9 @@ class DownloadManager:
     async def sweep(self) -> list[Path]:
         """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the
         budget; files of running transfers are left alone. Returns those removed."""
-        busy = {d.partial for d in self._active.values()}
+        def busy(path: Path) -> bool:  # read from the thread, as late as possible
+            return any(d.partial == path for d in list(self._active.values()))
+
         return await trio.to_thread.run_sync(_sweep, self.dir, busy, self.budget, time.time())
 
     async def forget(self, digests: list[str]) -> None:
@@ -215,7 +222,8 @@ class DownloadManager:
         await trio.to_thread.run_sync(remove)
 
 
-def _sweep(directory: Path, busy: set[Path], budget: int, now: float) -> list[Path]:
+def _sweep(directory: Path, busy: Callable[[Path], bool], budget: int,
+           now: float) -> list[Path]:
     try:
         entries = [(p, p.stat()) for p in directory.iterdir() if p.name.endswith(SUFFIX)]
     except FileNotFoundError:
@@ -223,7 +231,7 @@ def _sweep(directory: Path, busy: set[Path], budget: int, now: float) -> list[Pa
     removed: list[Path] = []
     kept = []
     for path, st in sorted(entries, key=lambda e: e[1].st_mtime):
-        if path in busy:
+        if busy(path):
             continue
         if now - st.st_mtime > MAX_AGE:
             removed.append(path)
@@ -235,6 +243,7 @@ def _sweep(directory: Path, busy: set[Path], budget: int, now: float) -> list[Pa
             break
         removed.append(path)
         total -= size
+    removed = [p for p in removed if not busy(p)]
     for path in removed:
         with contextlib.suppress(OSError):
             os.unlink(path)
