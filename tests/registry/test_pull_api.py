@@ -1,7 +1,8 @@
 """``POST /images/create?fromImage=`` over the API: an image pushed by svc, removed and pulled
 back (progress as dockerd writes it, id, RepoTags, RepoDigests, the event, "Already exists"
 and "Image is up to date" the second time), every tag of a repository, the reference rules,
-and the errors that come before the stream."""
+the errors that come before the stream, and three blobs at a time with the others
+``Waiting``."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ import time
 import httpx
 import trio
 
+from svc.registry.client import RegistryClient
 from svc.wire.authconfig import AuthConfig, encode_auth_header
 from tests.conftest import http_client
 from tests.registry.conftest import PASSWORD, USER, unique
+from tests.registry.content import digest, push_image
+from tests.registry.netfakes import CountingProxy
 from tests.registry.pulling import (
     assert_pulled,
     blob_digests,
+    gz_layers,
     layer_statuses,
     pull,
     short,
+    tar_image,
 )
 from tests.registry.pushing import load_image, messages, random_layers
 from tests.registry.registryd import Registry, free_port
@@ -146,3 +152,23 @@ async def test_pulled_layers_are_known_to_push(spawn, open_registry: Registry,  
     pushed = messages(r.text)
     assert [m["status"] for m in pushed if m.get("id") and m["status"] != "Preparing"] == \
         ["Layer already exists"] * 2, r.text
+
+
+async def test_three_blobs_at_a_time_the_others_wait(client: httpx.AsyncClient,
+                                                     open_registry: Registry) -> None:
+    path = unique("wait")
+    image = tar_image(gz_layers(*[600_000] * 5))
+    async with RegistryClient(open_registry.domain, push=True) as reg:
+        await push_image(reg, path, image, "latest")
+    async with trio.open_nursery() as nursery:
+        proxy = await CountingProxy(open_registry.port, delay=0.01).start(nursery)
+        r = await pull(client, f"127.0.0.1:{proxy.port}/{path}")
+        nursery.cancel_scope.cancel()
+    msgs = messages(r.text)
+    seen = [layer_statuses(msgs, short(digest(x))) for x in image.layers]
+    assert all(s[-1] == "Pull complete" for s in seen), seen
+    assert sum("Waiting" in s for s in seen) == 2, seen
+    # announced first, in the manifest's order, as dockerd does
+    announced = [m["id"] for m in msgs if m.get("status") == "Pulling fs layer"]
+    assert announced == [short(digest(x)) for x in image.layers]
+    assert msgs.index(next(m for m in msgs if m.get("status") == "Pulling fs layer")) == 1
