@@ -70,15 +70,7 @@ class DistributionMap:
 
         Cancellation: shielded; when it returns (or is cancelled) the entry is on disk.
         """
-        with trio.CancelScope(shield=True):
-            async with self._lock:
-                pairs = [p for p in self._entries.get(diff_id, [])
-                         if p != (blob_digest, repository)]
-                pairs.append((blob_digest, repository))
-                self._entries[diff_id] = pairs[-MAX_REPOSITORIES:]
-                if size is not None:
-                    self._sizes[blob_digest] = size
-                await self._save()
+        await self.record_many([(diff_id, blob_digest, size)], repository)
 
     def diff_id_of(self, blob_digest: str) -> str | None:
         """The layer a blob is known to hold (a schema 1 manifest names only blobs)."""
@@ -89,7 +81,10 @@ class DistributionMap:
 
     async def record_many(self, entries: list[tuple[str, str, int | None]],
                           repository: str) -> None:
-        """Record several (diff_id, blob digest, size) of one repository in one write."""
+        """Record several (diff_id, blob digest, size) of one repository in one write.
+
+        Cancellation: shielded; when it returns (or is cancelled) the entries are on disk.
+        """
         with trio.CancelScope(shield=True):
             async with self._lock:
                 for diff_id, blob_digest, size in entries:
