@@ -49,6 +49,9 @@ BUILTIN = (("bridge", "bridge"), ("host", "host"), ("none", "null"))
 class NetworkService:
     def __init__(self, events: EventBus, bridge_name: str, bip: str,
                  dns: list[str] | None = None) -> None:
+        if bridge_name == "none":  # dockerd's "no default bridge"; never a bridge named none
+            raise InvalidParameter("--bridge=none (a daemon without the default bridge network) "
+                                   "is not supported by svc; name a bridge or leave the default")
         if not 0 < len(bridge_name) <= br.IFNAME_MAX:
             raise InvalidParameter(f"invalid --bridge {bridge_name!r}: 1 to 15 characters")
         self.events = events
