@@ -157,9 +157,13 @@ class Runner:
         except (SvcError, OSError) as exc:
             await self._record_failure(c, 128, str(exc))
             raise
+        live.start_returned = start_returned = trio.Event()
         await self._nursery.start(self.supervisor.supervise, c, live, pipes)
         try:
-            await self.runtime.start(c.id)
+            try:
+                await self.runtime.start(c.id)
+            finally:
+                start_returned.set()
         except RuntimeFailure as exc:
             code, err = start_failure(exc)
             live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, cast
 
 import pytest
+import trio
 
-from svc.engine.containers.container import Container
+from svc.engine.containers.container import Container, Live
 from svc.engine.containers.state import State
 from svc.engine.containers.supervise import Supervisor
 from svc.models.containers import ContainerConfig
@@ -56,3 +58,48 @@ def test_a_container_being_removed_is_not_restarted() -> None:
     c = _container({"Name": "always"})
     c.state.status = State.REMOVING
     assert _supervisor().wants_restart(c, 1) is False
+
+
+class _Eof:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return b""
+
+
+class _NoCgroups:
+    def read(self, *path: str) -> str:
+        raise FileNotFoundError("no cgroup in a unit test")
+
+
+class _Pipes:
+    stdout = stderr = _Eof()
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_process_that_exits_at_once_is_not_torn_down_under_runc_start(
+        tmp_path: Any) -> None:
+    """``runc start`` removes the exec fifo after the process runs: a ``true`` that has
+    exited by then must not have its runc state deleted first (runc start then failed with
+    'remove .../exec.fifo: no such file or directory')."""
+    torn_down = trio.Event()
+
+    async def teardown(c: Container) -> None:
+        torn_down.set()
+
+    sup = Supervisor(FakeRuntime(), cast(CgroupV1, _NoCgroups()), _nothing, _nothing,
+                     event=lambda *a, **k: None, cgroup_of=lambda c: "", teardown=teardown,
+                     launch=_nothing)
+    c = _container({})
+    c.host_config.LogConfig.Type = "none"
+    c.state.status = State.RUNNING
+    pid = os.posix_spawnp("true", ["true"], os.environ)  # noqa: ASYNC221 (returns at once)
+    live = Live(pid=pid, start_returned=trio.Event())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.supervise, c, live, cast(Any, _Pipes()))
+        await trio.sleep(0.3)  # the process has exited; runc start has not returned
+        assert not torn_down.is_set()
+        live.start_returned.set()
+        with trio.fail_after(5):
+            await live.exited.wait()
+    assert torn_down.is_set()
