@@ -143,7 +143,10 @@ class _Unpacker:
                 target.unlink()
 
     def _hardlink(self, m: tarfile.TarInfo, rel: str, target: Path) -> None:
-        src = clean_name(m.linkname)
+        try:
+            src = clean_name(m.linkname)
+        except ContextError:
+            src = ""
         source = self.ctx.root / src
         if not src or src in self.links or not source.is_file() or source.is_symlink():
             raise ContextError(f"invalid build context: the hard link {m.name!r} points to "
