@@ -28,6 +28,8 @@ _ONBUILD_PREFIX = re.compile(r"(?i)^\s*ONBUILD\s*")
 
 
 def step_message(n: int, inst: Instruction) -> str:
+    if not inst.start_line and inst.original:  # made by the builder (the labels parameter)
+        return f"Step {n} : {inst.original}"
     msg = f"Step {n} : {inst.cmd.upper()}"
     if inst.flags:
         msg += " " + " ".join(inst.flags)
