@@ -83,6 +83,16 @@ async def build(c: httpx.AsyncClient, files: dict[str, bytes | str] | bytes,
     return messages(r.text)
 
 
+async def refused(c: httpx.AsyncClient, files: dict[str, bytes | str] | bytes,
+                  **params: Any) -> str:
+    """POST /build that fails before the stream: the 400's message."""
+    body = files if isinstance(files, bytes) else context_tar(files)
+    r = await c.post("/v1.23/build", params=params, content=body,
+                     headers={"Content-Type": "application/x-tar"})
+    assert r.status_code == 400, r.text
+    return r.text.strip()
+
+
 def built_id(msgs: list[dict[str, Any]]) -> str:
     """The image id of a successful build (from its aux message)."""
     errors = [m for m in msgs if "error" in m]

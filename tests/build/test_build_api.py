@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.build.conftest import BASE, build, built_id, context_tar, stream_text
+from tests.build.conftest import BASE, build, built_id, context_tar, refused, stream_text
 
 
 async def _config(api: httpx.AsyncClient, image: str) -> dict[str, Any]:
@@ -126,14 +126,15 @@ async def test_compressed_contexts_and_named_files(api: httpx.AsyncClient) -> No
     assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "other"
     msgs = await build(api, tar, dockerfile="Dockerfile")
     assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "dockerfile"
-    missing = await build(api, tar, dockerfile="Nope")
-    assert missing[-1]["error"] == "Cannot locate specified Dockerfile: Nope"
+    assert await refused(api, tar, dockerfile="Nope") == \
+        "Cannot locate specified Dockerfile: Nope"
+    assert await refused(api, {"Dockerfile": " \n"}) == \
+        "The Dockerfile (Dockerfile) cannot be empty"
 
 
 async def test_errors_name_the_line(api: httpx.AsyncClient) -> None:
-    msgs = await build(api, {"Dockerfile": f"FROM {BASE}\n\nENV ONLY\n"})
-    assert msgs[-1]["error"] == ("Dockerfile parse error line 3: ENV: ENV must have two "
-                                 "arguments")
+    assert await refused(api, {"Dockerfile": f"FROM {BASE}\n\nENV ONLY\n"}) == \
+        "Dockerfile parse error line 3: ENV: ENV must have two arguments"
     msgs = await build(api, {"Dockerfile": "FROM not-here:1\n"})
     assert "No such image: not-here:1" in msgs[-1]["error"]
     msgs = await build(api, {"Dockerfile": "RUN true\n"})

@@ -1,10 +1,12 @@
 """``POST /build``: the legacy builder (what ``DOCKER_BUILDKIT=0 docker build`` and the
 SDKs' ``build()`` call at API 1.22/1.23).
 
-The query is checked before the response starts (a bad tag, JSON or number is a 400); then
-the context streams from the request body into the builder while the answer streams back
-as ``{"stream"}`` lines, errors in-stream with HTTP 200. A client that goes away cancels
-the build (``respond_chunked(..., reads_body=True)``: the request's scope).
+The query, the context and its instructions file are checked before the response starts
+(a bad tag, JSON or number, a refused context, a missing or unparsable instructions file:
+a 400, as dockerd answered what failed before its first output line with a plain error);
+then the steps run while the answer streams back as ``{"stream"}`` lines, errors in-stream
+with HTTP 200. A client that goes away cancels the build (``respond_chunked(...,
+reads_body=True)``: the request's scope).
 """
 
 from __future__ import annotations
@@ -67,5 +69,6 @@ async def build() -> Response:
         forcerm=qbool("forcerm"), pull=qbool("pull"),
         buildargs=_json_map("buildargs", nulls=True), labels=labels,
         host_config=_limits(), remote=qstr("remote") or None))
-    lines = progress_lines(partial(builder.build, spec, request.body), "build")
+    received = await builder.receive(spec, request.body)  # failures: HTTP errors
+    lines = progress_lines(partial(builder.build, received), "build")
     return await respond_chunked(lines, content_type="application/json", reads_body=True)

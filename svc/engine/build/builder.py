@@ -20,12 +20,13 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import trio
 
-from svc.build.parser import Instruction, parse
+from svc.build.parser import Instruction, Svcfile, parse
 from svc.engine.build import context as ctxmod
 from svc.engine.build.job import BuildSpec, Job
 from svc.engine.build.output import Message, Output, StepFailed
@@ -37,6 +38,16 @@ from svc.errors import InvalidParameter, Unsupported
 from svc.wire.reference import Reference
 
 log = logging.getLogger("svc.engine.build")
+
+
+@dataclass(frozen=True)
+class Received:
+    """A context unpacked and its instructions parsed, ready to build."""
+
+    spec: BuildSpec
+    work: Path
+    ctx: ctxmod.Context
+    svcfile: Svcfile
 
 
 class Builder:
@@ -77,13 +88,14 @@ class Builder:
                                    "limit, see usage.")
         return spec
 
-    async def build(self, spec: BuildSpec, body: AsyncIterator[bytes],
-                    send: trio.MemorySendChannel[Message]) -> str:
-        """Run a build, reporting into ``send``; the new image's id. Errors propagate (the
-        caller puts them in the stream)."""
-        out = Output(send, quiet=spec.quiet)
+    async def receive(self, spec: BuildSpec, body: AsyncIterator[bytes]) -> Received:
+        """Unpack the context and parse its instructions file, before the response starts:
+        as with dockerd, what fails here is an HTTP error (a 400 naming the problem), not a
+        stream. The caller must hand the result to :meth:`build`, which removes it.
+
+        Cancellation: the partial context is removed.
+        """
         work = self.dir / uuid.uuid4().hex
-        job: Job | None = None
         try:
             await trio.to_thread.run_sync(partial(work.mkdir, mode=0o700))
             async with prefetching(body) as reader:
@@ -91,9 +103,22 @@ class Builder:
             name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, spec.svcfile)
             svcfile = parse(text, filename=name)
             await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)
-            job = Job(spec, ctx, out, images=self.images, containers=self.containers)
-            job.escape = svcfile.escape
-            instructions = list(svcfile.instructions)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(partial(_remove_work, work))
+            raise
+        return Received(spec, work, ctx, svcfile)
+
+    async def build(self, received: Received, send: trio.MemorySendChannel[Message]) -> str:
+        """Run the steps, reporting into ``send``; the new image's id. Errors propagate (the
+        caller puts them in the stream)."""
+        spec = received.spec
+        out = Output(send, quiet=spec.quiet)
+        job: Job | None = None
+        try:
+            job = Job(spec, received.ctx, out, images=self.images, containers=self.containers)
+            job.escape = received.svcfile.escape
+            instructions = list(received.svcfile.instructions)
             if spec.labels:
                 instructions.append(_labels(spec.labels))
             image_id = await self._steps(job, instructions)
@@ -111,7 +136,7 @@ class Builder:
             raise
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(partial(_remove_work, work))
+                await trio.to_thread.run_sync(partial(_remove_work, received.work))
 
     async def _steps(self, job: Job, instructions: list[Instruction]) -> str:
         for n, inst in enumerate(instructions, start=1):

@@ -221,7 +221,10 @@ def read_svcfile(ctx: Context, name: str | None) -> tuple[str, str]:
             if os.path.getsize(real) > MAX_SVCFILE:
                 raise ContextError(f"{cand} is larger than {MAX_SVCFILE >> 20} MiB")
             with open(real, "rb") as f:
-                return rel, f.read().decode("utf-8", errors="replace")
+                text = f.read().decode("utf-8", errors="replace")
+            if not text.strip():
+                raise ContextError(f"The Dockerfile ({cand}) cannot be empty")
+            return rel, text
     raise ContextError(f"Cannot locate specified Dockerfile: {candidates[-1]}"
                        if name else "Cannot locate specified Dockerfile: Dockerfile "
                        "(nor Svcfile)")
