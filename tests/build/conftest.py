@@ -3,10 +3,13 @@ build streams; each test's containers and the images it tagged are removed after
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import tarfile
+import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -98,3 +101,21 @@ def built_id(msgs: list[dict[str, Any]]) -> str:
     errors = [m for m in msgs if "error" in m]
     assert not errors, stream_text(msgs) + json.dumps(errors)
     return next(m["aux"]["ID"] for m in msgs if "aux" in m)
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[str]:
+    """A web server on loopback serving ``tmp_path`` (with ``served.txt``)."""
+    (tmp_path / "served.txt").write_text("over http\n")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, directory=str(tmp_path), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()

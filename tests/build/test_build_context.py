@@ -5,16 +5,11 @@ hostile contexts refused in-stream with nothing left behind."""
 from __future__ import annotations
 
 import gzip
-import http.server
 import io
 import os
 import tarfile
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 import trio
 
 from tests.build.conftest import BASE, build, built_id, context_tar, refused
@@ -85,23 +80,6 @@ async def test_multiple_sources_need_a_directory(api: httpx.AsyncClient) -> None
     assert "must be a directory and end with a /" in msgs[-1]["error"]
     msgs = await build(api, {"Dockerfile": f"FROM {BASE}\nCOPY missing /\n"})
     assert "stat missing: no such file or directory" in msgs[-1]["error"]
-
-
-@pytest.fixture
-def web(tmp_path: Path) -> Iterator[str]:
-    (tmp_path / "served.txt").write_text("over http\n")
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a: object, **kw: object) -> None:
-            super().__init__(*a, directory=str(tmp_path), **kw)  # type: ignore[arg-type]
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
 
 
 async def test_add_url(api: httpx.AsyncClient, web: str) -> None:

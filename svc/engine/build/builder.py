@@ -28,13 +28,14 @@ import trio
 
 from svc.build.parser import Instruction, Svcfile, parse
 from svc.engine.build import context as ctxmod
+from svc.engine.build import remote
 from svc.engine.build.job import BuildSpec, Job
 from svc.engine.build.output import Message, Output, StepFailed
 from svc.engine.build.steps import dispatch
 from svc.engine.containers.service import ContainerService
 from svc.engine.images.service import ImageService
 from svc.engine.streams import prefetching
-from svc.errors import InvalidParameter, Unsupported
+from svc.errors import InvalidParameter
 from svc.wire.reference import Reference
 
 log = logging.getLogger("svc.engine.build")
@@ -77,9 +78,6 @@ class Builder:
         return out
 
     def prepare(self, spec: BuildSpec) -> BuildSpec:
-        if spec.remote:
-            raise Unsupported("remote build contexts (remote=) are not supported by this "
-                              "svc yet: send the context as the request body")
         hc = spec.host_config
         if hc.Memory and hc.Memory < 4 << 20:
             raise InvalidParameter("Minimum memory limit allowed is 4MB")
@@ -98,9 +96,15 @@ class Builder:
         work = self.dir / uuid.uuid4().hex
         try:
             await trio.to_thread.run_sync(partial(work.mkdir, mode=0o700))
-            async with prefetching(body) as reader:
-                ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader, work / "context")
-            name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, spec.svcfile)
+            svcfile_name = spec.svcfile
+            if spec.remote:
+                ctx, text_only = await remote.fetch(spec.remote, work)
+                svcfile_name = None if text_only else svcfile_name
+            else:
+                async with prefetching(body) as reader:
+                    ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader,
+                                                        work / "context")
+            name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, svcfile_name)
             svcfile = parse(text, filename=name)
             await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)
         except BaseException:

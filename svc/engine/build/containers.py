@@ -121,7 +121,7 @@ async def _download(job: Job, url: str, dest: str) -> sources.Source:
     if dest.endswith("/") and not name:
         raise StepFailed(f"cannot determine a file name from the URL {url}: name the "
                          "destination file")
-    folder = job.ctx.root.parent / "urls"
+    folder = (job.ctx.work or job.ctx.root.parent) / "urls"
     await trio.to_thread.run_sync(partial(folder.mkdir, exist_ok=True))
     path = folder / f"{len(os.listdir(folder))}-{name or 'download'}"
     size = 0

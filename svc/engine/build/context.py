@@ -47,6 +47,7 @@ class Context:
     """An unpacked context: its directory and the sha256 of each regular file in it."""
 
     root: Path
+    work: Path | None = None  # the build's own directory (downloads of ADD <url> go there)
     hashes: dict[str, str] = field(default_factory=dict)  # "a/b" -> hex digest
     received: int = 0  # bytes of the body read
     size: int = 0  # bytes written
@@ -184,7 +185,7 @@ class _Unpacker:
 def unpack(body: IO[bytes] | Any, root: Path) -> Context:
     """Unpack the context read from ``body`` into ``root`` (made here, mode 0700)."""
     root.mkdir(mode=0o700)
-    ctx = Context(root)
+    ctx = Context(root, work=root.parent)
     counting = _Counting(body)
     try:
         stream = open_decompressed(counting)  # type: ignore[arg-type]
