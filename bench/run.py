@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import (  # noqa: E402
+    bench_build,
     bench_containers,
     bench_events,
     bench_images,
@@ -51,6 +52,7 @@ BENCHMARKS = [
     Benchmark("version", bench_requests.version),
     Benchmark("images", bench_images.images),
     Benchmark("push", bench_push.push),
+    Benchmark("build", bench_build.build),
     Benchmark("containers", bench_containers.containers),
     Benchmark("streams", bench_streams.streams),
     Benchmark("network", bench_network.network),
