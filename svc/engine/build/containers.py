@@ -28,8 +28,9 @@ from svc.engine.build.output import StepFailed, StreamText
 from svc.engine.containers.container import Container
 from svc.engine.images.service import Image
 from svc.engine.streams import ThreadWriter
-from svc.errors import NotFound, SvcError
+from svc.errors import SvcError
 from svc.models.containers import CreateBody
+from svc.storage.securejoin import secure_join
 from svc.wire.stdcopy import STDERR
 
 destination = sources.destination
@@ -203,11 +204,19 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
 
 
 async def _is_dir(job: Job, c: Container, path: str) -> bool:
+    """Whether ``path`` is a directory in ``c`` (symlinks resolved inside its root). Read on
+    the mounted root from the host: the container was never started, so nothing in it can
+    change the answer; a helper process would cost more than the whole check."""
+    async with job.containers.fs.root(c):
+        return await trio.to_thread.run_sync(_dir_in, c.rootfs, path)
+
+
+def _dir_in(rootfs: Path, path: str) -> bool:
     try:
-        st = await job.containers.fs.stat(c, path.rstrip("/") or "/")
-    except NotFound:
+        found = secure_join(rootfs, path)
+    except (OSError, SvcError):
         return False
-    return bool(int(st.get("mode", 0)) & (1 << 31))  # Go's os.ModeDir
+    return found.is_dir()
 
 
 def _dir_tar(path: str, out: BinaryIO) -> None:
