@@ -90,6 +90,9 @@ async def _from(job: Job, inst: Instruction, args: list[str]) -> None:
             raise StepFailed(f"No such image: {name} (svc does not pull during a build "
                              "yet: pull, load or import the image first)") from None
         job.scratch = False
+        if job.spec.pull:
+            await job.out.line(" ---> [Warning] pull=1: svc does not pull during a build yet; "
+                               "the local image is used")
     job.config = imaging.base_config(job.image)
     job.config["Image"] = job.image.id
     job.cmd_set = False
