@@ -166,10 +166,10 @@ class Job:
         with trio.CancelScope(shield=True):
             await self.remove_temp(say=False)
             for image in reversed(self.made):
-                if image.id not in self.images.images or self.images.children(image.id) \
-                        or self.images.refs_of(image.id) \
-                        or self.images.container_use(image.id) is not None:
-                    continue
-                with contextlib.suppress(SvcError):
-                    async with self.images.lock:
+                async with self.images.lock:
+                    if image.id not in self.images.images or self.images.children(image.id) \
+                            or self.images.refs_of(image.id) \
+                            or self.images.container_use(image.id) is not None:
+                        continue  # another build or a name uses it now
+                    with contextlib.suppress(SvcError):
                         await self.images.delete_image(image)
