@@ -147,3 +147,11 @@ async def test_bad_query_is_a_400(api: httpx.AsyncClient) -> None:
         r = await api.post("/build", params=params, content=context_tar({"Dockerfile": "x"}))
         assert r.status_code == 400, (params, r.text)
 
+
+
+async def test_run_gets_the_build_limits(api: httpx.AsyncClient) -> None:
+    files = {"Dockerfile": f"FROM {BASE}\nRUN df -k /dev/shm | tail -1; "
+                           "cat /sys/fs/cgroup/memory/memory.limit_in_bytes\n"}
+    msgs = await build(api, files, shmsize=str(32 << 20), memory=str(64 << 20), nocache="1")
+    text = stream_text(msgs)
+    assert " 32768 " in text and f"{64 << 20}\n" in text, text
