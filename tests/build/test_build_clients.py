@@ -77,7 +77,13 @@ async def _files(api: httpx.AsyncClient, image: str) -> str:
     cid = r.json()["Id"]
     await api.post(f"/containers/{cid}/start")
     await api.post(f"/containers/{cid}/wait")
-    return (await api.get(f"/containers/{cid}/logs", params={"stdout": "1"})).text
+    data = (await api.get(f"/containers/{cid}/logs", params={"stdout": "1"})).content
+    out = bytearray()
+    while len(data) >= 8:  # stdcopy frames
+        size = int.from_bytes(data[4:8], "big")
+        out += data[8:8 + size]
+        data = data[8 + size:]
+    return out.decode()
 
 
 SDK7 = """
@@ -139,3 +145,30 @@ async def test_sdk_builds(api: httpx.AsyncClient, bdaemon: Daemon, tmp_path: Pat
     assert (await api.get("/images/dpy:path/json")).status_code == 200
     assert "fo\n" in _text(out1["fileobj"]) and "Successfully built" in _text(out1["custom"])
     assert out1["fail"][-1]["errorDetail"]["code"] == 5
+
+
+async def test_docker_cli_ignore_names_the_instructions(api: httpx.AsyncClient,
+                                                        bdaemon: Daemon,
+                                                        tmp_path: Path) -> None:
+    """The CLI sends the Dockerfile and .dockerignore even when .dockerignore names them;
+    the daemon reads the Dockerfile, then keeps both out of COPY. A -f file outside the
+    context works too (the CLI adds it under a name of its own)."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {BASE}\nCOPY . /ctx/\n")
+    (ctx / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")
+    (ctx / "kept").write_text("k\n")
+    (tmp_path / "Outside").write_text(f"FROM {BASE}\nLABEL outside=1\nCOPY kept /\n")
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        p = docker_cli(bdaemon.url, *args, timeout=120, extra_env=LEGACY)
+        return p.returncode, p.stdout, p.stderr
+
+    code, out, err = await trio.to_thread.run_sync(cli, "build", "-t", "cli:ignored", str(ctx))
+    assert code == 0, err
+    assert (await _files(api, "cli:ignored")).split() == ["kept"]
+    code, out, err = await trio.to_thread.run_sync(
+        cli, "build", "-t", "cli:outside", "-f", str(tmp_path / "Outside"), str(ctx))
+    assert code == 0, err
+    labels = (await api.get("/images/cli:outside/json")).json()["Config"]["Labels"]
+    assert labels == {"outside": "1"}

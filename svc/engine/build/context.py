@@ -183,20 +183,31 @@ class _Unpacker:
 
 
 def unpack(body: IO[bytes] | Any, root: Path) -> Context:
-    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700)."""
+    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700).
+
+    An archive that stops after its last member's data, without that member's padding and
+    the end-of-archive blocks, is taken as complete: the docker CLI 28 sends exactly that
+    when ``-f`` names a file outside the context (its tar rewriter closes the pipe before
+    the tar writer). Anything cut earlier is refused.
+    """
     root.mkdir(mode=0o700)
     ctx = Context(root, work=root.parent)
     counting = _Counting(body)
+    plain: _Counting | None = None
+    data_end = 0  # where the last member's data ended in the uncompressed stream
     try:
-        stream = open_decompressed(counting)  # type: ignore[arg-type]
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        plain = _Counting(open_decompressed(counting))  # type: ignore[arg-type]
+        with tarfile.open(fileobj=plain, mode="r|") as tar:  # type: ignore[call-overload]
             unpacker = _Unpacker(ctx, counting)
             for member in tar:
                 unpacker.add(tar, member)
+                data_end = member.offset_data + (member.size if member.isreg() else 0)
     except tarfile.ReadError as exc:
         if counting.count == 0:
             return ctx  # an empty body: an empty context (the instructions file is missing)
-        raise ContextError(f"the build context is not a valid tar archive: {exc}") from None
+        if not (data_end and plain is not None and plain.count <= -(-data_end // 512) * 512):
+            raise ContextError(f"the build context is not a valid tar archive: {exc}") \
+                from None
     except ContextError:
         raise
     except InvalidParameter as exc:  # corrupt compressed data

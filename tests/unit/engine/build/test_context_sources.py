@@ -93,3 +93,14 @@ def test_destination_and_plan(tmp_path: Path) -> None:
     assert sources.plan([f], "/x", False) == [(tmp_path / "f", "x")]
     assert sources.plan([f], "/x/", False) == [(tmp_path / "f", "x/f")]
     assert sources.plan([f], "/x", True) == [(tmp_path / "f", "x/f")]
+
+
+def test_missing_trailer_is_accepted_but_cut_data_is_not(tmp_path: Path) -> None:
+    """CLI 28 with -f outside the context sends no padding nor end blocks after the last
+    member; a body cut inside a member's data is refused."""
+    whole = _tar(("a", b"x" * 100), ("b", b"y" * 48)).getvalue()
+    no_trailer = whole[:512 * 3 + 48]  # a: header + 1 block; b: header + 48 bytes
+    ctx = unpack(io.BytesIO(no_trailer), tmp_path / "c1")
+    assert (tmp_path / "c1" / "b").read_bytes() == b"y" * 48 and len(ctx.hashes) == 2
+    with pytest.raises(ContextError, match="not a valid tar archive"):
+        unpack(io.BytesIO(whole[:512 * 3 + 20]), tmp_path / "c2")
