@@ -1,11 +1,13 @@
 """What a build says: ``{"stream"}`` lines as the legacy builder wrote them, the RUN
 output as it comes (stderr wrapped in ``ESC[91m ... ESC[0m``, which both SDK suites assert),
 ``{"aux": {"ID"}}`` for ``--iidfile``, and in quiet mode (``q=1``) nothing but the image id
-unless the build fails, when everything held back is sent before the error."""
+unless the build fails, when what was held back (the last ``QUIET_KEEP`` bytes) is sent
+before the error."""
 
 from __future__ import annotations
 
 import codecs
+from collections import deque
 from typing import Any
 
 import trio
@@ -14,6 +16,7 @@ from svc.errors import SvcError
 
 Message = dict[str, Any]
 RED, RESET = "\x1b[91m", "\x1b[0m"
+QUIET_KEEP = 1 << 20  # bytes of output a quiet build holds back (the latest are kept)
 
 
 class StepFailed(SvcError):
@@ -30,13 +33,20 @@ class Output:
     def __init__(self, send: trio.MemorySendChannel[Message], *, quiet: bool) -> None:
         self.send = send
         self.quiet = quiet
-        self.held: list[Message] = []
+        self.held: deque[Message] = deque()
+        self.held_bytes = 0
+        self.dropped = 0
 
     async def _put(self, msg: Message) -> None:
-        if self.quiet:
-            self.held.append(msg)
-        else:
+        if not self.quiet:
             await self.send.send(msg)
+            return
+        self.held.append(msg)
+        self.held_bytes += len(msg.get("stream", ""))
+        while self.held_bytes > QUIET_KEEP and len(self.held) > 1:
+            gone = len(self.held.popleft().get("stream", ""))
+            self.held_bytes -= gone
+            self.dropped += gone
 
     async def line(self, text: str) -> None:
         await self._put({"stream": text + "\n"})
@@ -61,7 +71,10 @@ class Output:
 
     async def release_held(self) -> None:
         """A failed quiet build: what it said, before the error."""
-        held, self.held = self.held, []
+        held, self.held = self.held, deque()
+        if self.dropped:
+            await self.send.send({"stream": f"(quiet build: {self.dropped} bytes of earlier "
+                                            "output were not kept)\n"})
         for msg in held:
             await self.send.send(msg)
 
