@@ -211,31 +211,35 @@ def parse(text: str, filename: str = "Svcfile") -> Svcfile:
                          filename=filename) from None
 
 
+def _directives(lines: list[str]) -> tuple[str, int]:
+    """The escape character the leading ``# escape=`` directive sets (``\\`` without one)
+    and the number of directive lines."""
+    escape, count = "\\", 0
+    for line in lines:
+        found = _DIRECTIVE.match(line.lstrip().lower())
+        if not found:
+            break
+        count += 1
+        if count > 1:
+            raise ParseError("only one escape parser directive can be used", line=count)
+        escape = found.group("char")
+        if escape not in ("\\", "`"):
+            raise ParseError(f"invalid ESCAPE '{escape}'. Must be ` or \\", line=count)
+    return escape, count
+
+
 def _parse(text: str) -> Svcfile:
-    result = Svcfile()
     lines = text.removeprefix(_BOM).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     lines = [ln.removesuffix("\r") for ln in lines]
-    continuation = re.compile(r"\\[ \t]*$")
-    directives, seen_escape = True, False
-    i = 0
+    escape, i = _directives(lines)
+    result = Svcfile(escape=escape)
+    continuation = re.compile(re.escape(escape) + r"[ \t]*$")
     while i < len(lines):
         line = lines[i].lstrip()
         i += 1
         start = i
-        if directives:
-            found = _DIRECTIVE.match(line.lower())
-            if found:
-                if seen_escape:
-                    raise ParseError("only one escape parser directive can be used", line=i)
-                char = found.group("char")
-                if char not in ("\\", "`"):
-                    raise ParseError(f"invalid ESCAPE '{char}'. Must be ` or \\", line=i)
-                result.escape, seen_escape = char, True
-                continuation = re.compile(re.escape(char) + r"[ \t]*$")
-                continue
-            directives = False
         if not line or line.startswith("#"):
             continue
         joined = ""
@@ -252,5 +256,5 @@ def _parse(text: str) -> Svcfile:
                 break
         joined += line
         if joined.strip():
-            result.instructions.append(_instruction(joined, result.escape, start, i))
+            result.instructions.append(_instruction(joined, escape, start, i))
     return result

@@ -57,48 +57,50 @@ def split_flags(line: str) -> tuple[str, list[str]]:
     """Leading ``--name[=value]`` words of an instruction's arguments, unquoted, and the
     rest of the line. A lone ``--`` ends the flags and is dropped."""
     flags: list[str] = []
-    word: list[str] = []
-    in_word = blank_ok = False
-    quote = ""
     i, n = 0, len(line)
     while i < n:
+        if _is_space(line[i]):
+            i += 1
+            continue
+        if not line.startswith("--", i):
+            return line[i:], flags
+        word, keep, i = _flag_word(line, i)
+        if word == "--":
+            return line[i:], flags
+        if keep:
+            flags.append(word)
+    return "", flags
+
+
+def _flag_word(line: str, i: int) -> tuple[str, bool, int]:
+    """One flag word from ``i``: (its text unquoted, whether to keep it, where it ended).
+    Quotes are removed; a backslash takes the next character as it is."""
+    word: list[str] = []
+    blank_ok = False
+    quote = ""
+    n = len(line)
+    while i < n:
         ch = line[i]
-        if not in_word:
-            if _is_space(ch):
-                i += 1
-                continue
-            if not line.startswith("--", i):
-                return line[i:], flags
-            in_word = True
         if quote:
             if ch == quote:
                 quote = ""
             elif ch == "\\":
-                if i + 1 == n:
-                    quote = ""
-                    i += 1
-                    continue
                 i += 1
+                if i == n:
+                    break
                 word.append(line[i])
             else:
                 word.append(ch)
         elif _is_space(ch):
-            text = "".join(word)
-            if text == "--":
-                return line[i:], flags
-            if blank_ok or text:
-                flags.append(text)
-            word, in_word, blank_ok = [], False, False
+            break
         elif ch in ("'", '"'):
             quote, blank_ok = ch, True
         elif ch == "\\":
-            if i + 1 < n:
-                i += 1
+            i += 1
+            if i < n:
                 word.append(line[i])
         else:
             word.append(ch)
         i += 1
     text = "".join(word)
-    if in_word and text != "--" and (blank_ok or text):
-        flags.append(text)
-    return "", flags
+    return text, blank_ok or bool(text), i

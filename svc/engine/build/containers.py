@@ -167,20 +167,7 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     image = job.require_image(cmd)
     srcs, dest = args[:-1], args[-1]
     dest_abs = destination(dest, str(job.config.get("WorkingDir") or "/"))
-    found: list[sources.Source] = []
-    downloaded: set[Path] = set()
-    for s in srcs:
-        if _is_url(s):
-            if cmd == "COPY":
-                raise StepFailed("Source can't be a URL for COPY")
-            got = await _download(job, s, dest)
-            downloaded.add(got.path)
-            found.append(got)
-        else:
-            try:
-                found += await trio.to_thread.run_sync(sources.resolve, job.ctx, s, cmd)
-            except SvcError as exc:
-                raise StepFailed(str(exc)) from None
+    found, downloaded = await _gather(job, cmd, srcs, dest)
     if len(found) > 1 and not dest.endswith("/"):
         raise StepFailed(f"When using {cmd} with more than one source file, the destination "
                          "must be a directory and end with a /")
@@ -201,6 +188,26 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
             await _put(job, c, "/", partial(_dir_tar, dest_abs))
         await _put(job, c, dest_abs, partial(_copy_file, archive.path))
     await _commit(job, c, probe)
+
+
+async def _gather(job: Job, cmd: str, srcs: list[str],
+                  dest: str) -> tuple[list[sources.Source], set[Path]]:
+    """The sources the arguments name (URLs downloaded for ADD), and the downloaded ones."""
+    found: list[sources.Source] = []
+    downloaded: set[Path] = set()
+    for s in srcs:
+        if _is_url(s):
+            if cmd == "COPY":
+                raise StepFailed("Source can't be a URL for COPY")
+            got = await _download(job, s, dest)
+            downloaded.add(got.path)
+            found.append(got)
+            continue
+        try:
+            found += await trio.to_thread.run_sync(sources.resolve, job.ctx, s, cmd)
+        except SvcError as exc:
+            raise StepFailed(str(exc)) from None
+    return found, downloaded
 
 
 async def _is_dir(job: Job, c: Container, path: str) -> bool:
