@@ -42,3 +42,24 @@ async def test_disconnect_mid_run(api: httpx.AsyncClient, bdaemon: Daemon) -> No
     with trio.fail_after(30):
         again = await build(api, {"Dockerfile": f"FROM {BASE}\nRUN true\n"})
     built_id(again)
+
+
+async def test_builds_run_side_by_side(api: httpx.AsyncClient) -> None:
+    """A slow build holds no lock another build waits for."""
+    done: list[str] = []
+
+    async def slow() -> None:
+        built_id(await build(api, {"Dockerfile": f"FROM {BASE}\nRUN sleep 3\n"}, nocache="1"))
+        done.append("slow")
+
+    async def quick() -> None:
+        await trio.sleep(0.5)
+        built_id(await build(api, {"Dockerfile": f"FROM {BASE}\nRUN true\nLABEL q=1\n"},
+                             nocache="1"))
+        done.append("quick")
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow)
+            nursery.start_soon(quick)
+    assert done == ["quick", "slow"]
