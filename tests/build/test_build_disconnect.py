@@ -63,3 +63,22 @@ async def test_builds_run_side_by_side(api: httpx.AsyncClient) -> None:
             nursery.start_soon(slow)
             nursery.start_soon(quick)
     assert done == ["quick", "slow"]
+
+
+async def test_disconnect_mid_upload_leaves_nothing(bdaemon: Daemon) -> None:
+    """A client gone while its context is still arriving: the partial context goes."""
+    tar = context_tar({"Dockerfile": f"FROM {BASE}\n", "big": b"x" * 2_000_000})
+    s = await connect(bdaemon.sock)
+    await s.send_all(b"POST /v1.23/build HTTP/1.1\r\nHost: svc\r\n"
+                     b"Content-Type: application/x-tar\r\n"
+                     + f"Content-Length: {len(tar)}\r\n\r\n".encode() + tar[:1_000_000])
+    builds = bdaemon.root / "builds"
+    with trio.fail_after(10):
+        while not any(builds.iterdir()):
+            await trio.sleep(0.01)
+    await trio.sleep(0.2)
+    assert any(builds.iterdir())  # still waiting for the rest of the context
+    await s.aclose()
+    with trio.fail_after(10):
+        while any(builds.iterdir()):
+            await trio.sleep(0.05)
