@@ -172,3 +172,27 @@ async def test_docker_cli_ignore_names_the_instructions(api: httpx.AsyncClient,
     assert code == 0, err
     labels = (await api.get("/images/cli:outside/json")).json()["Config"]["Labels"]
     assert labels == {"outside": "1"}
+
+
+async def test_docker_cli_resource_and_cleanup_flags(api: httpx.AsyncClient, bdaemon: Daemon,
+                                                     tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nRUN cat /sys/fs/cgroup/cpu/cpu.shares"
+                                         "\n")
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        p = docker_cli(bdaemon.url, *args, timeout=120, extra_env=LEGACY)
+        return p.returncode, p.stdout, p.stderr
+
+    before = {c["Id"] for c in (await api.get("/containers/json?all=1")).json()}
+    code, out, err = await trio.to_thread.run_sync(
+        cli, "build", "--rm=false", "--pull", "--memory", "64m", "--cpu-shares", "512",
+        "--shm-size", "32m", "--cpuset-cpus", "0", "--no-cache", str(tmp_path))
+    assert code == 0, err
+    assert "512\n" in out and "the local image is used" in out
+    kept = {c["Id"] for c in (await api.get("/containers/json?all=1")).json()} - before
+    assert len(kept) == 1  # --rm=false keeps the RUN step's container
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nRUN exit 2\n")
+    code, out, err = await trio.to_thread.run_sync(cli, "build", "--force-rm", str(tmp_path))
+    assert code != 0 and "non-zero code: 2" in err
+    after = {c["Id"] for c in (await api.get("/containers/json?all=1")).json()} - before
+    assert after == kept  # --force-rm removed the failed step's container
