@@ -81,6 +81,9 @@ async def _from(job: Job, inst: Instruction, args: list[str]) -> None:
     if len(args) != 1:
         raise StepFailed("FROM requires one argument")
     name = args[0]
+    if len(name.split()) > 1:
+        raise StepFailed(f"FROM takes one image name, not {name!r}: multi-stage builds "
+                         "(FROM ... AS ...) came after the legacy builder")
     if name == "scratch":
         job.image, job.scratch = await job.scratch_base(), True
     else:
