@@ -5,9 +5,11 @@ The body is written straight to the connection, chunked, and the connection clos
 going through Quart, hypercorn and h11 costs more CPU per chunk than producing the bytes does
 (logs, events, archives). The client sends nothing after its request, so its EOF means it has
 gone: that cancels the producer at once, even while it waits for output that may never come.
-A view that is still reading its request body while it answers (an import streams its
-upload) cannot take the connection over; ``respond_chunked(..., reads_body=True)`` sends the
-same chunks through Quart instead, where a disconnect cancels the request's scope.
+Two kinds of view keep the connection instead, with ``respond_chunked(..., keep_alive=True)``,
+which sends the same chunks through Quart, where a disconnect cancels the request's scope: one
+still reading its request body while it answers (an import streams its upload) cannot take the
+connection over, and a short answer that clients follow with another request on the same
+connection (wait: docker-py's pool and raw keep-alive clients) must not close it.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ Chunks = AsyncIterator[bytes] | AbstractAsyncContextManager[AsyncIterator[bytes]
 
 
 class _RequestScopedBody(ResponseBody):
-    """A body Quart sends, for a view still reading its request body while it answers
-    (import). Entered when Quart begins sending, closed when sending ends, inside the
-    request's cancel scope: a disconnect cancels it."""
+    """A body Quart sends, keeping the connection (import, wait: see the module). Entered
+    when Quart begins sending, closed when sending ends, inside the request's cancel scope:
+    a disconnect cancels it."""
 
     def __init__(self, chunks: Chunks) -> None:
         self._chunks = chunks
@@ -140,13 +142,13 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
 
 async def respond_chunked(chunks: Chunks, *, content_type: str,
                           headers: Sequence[tuple[str, str]] = (),
-                          reads_body: bool = False) -> Response:
+                          keep_alive: bool = False) -> Response:
     """Answer the current request with ``chunks`` as a chunked 200 (see the module).
 
     Errors the view wants as a status code must be raised before this is called: from here
     on the head is out. Cancellation (the client gone, the daemon stopping) closes
     ``chunks`` and the connection."""
-    if reads_body:
+    if keep_alive:
         return Response(_RequestScopedBody(chunks), status=200, content_type=content_type,
                         headers=dict(headers))
     try:

@@ -9,6 +9,7 @@ from typing import Protocol
 from svc.engine.build.builder import Builder
 from svc.engine.containers.service import ContainerService
 from svc.engine.events import EventBus
+from svc.engine.images.pull import Puller
 from svc.engine.images.push import Pusher
 from svc.engine.images.service import ImageService
 from svc.engine.networks.service import NetworkService
@@ -33,10 +34,13 @@ class EventsBackend(Protocol):
 
 
 class ImagesBackend(Protocol):
-    """The image endpoints."""
+    """The image endpoints (a pull is an image create)."""
 
     @property
     def images(self) -> ImageService: ...
+
+    @property
+    def puller(self) -> Puller: ...
 
 
 class RegistryBackend(Protocol):

@@ -20,8 +20,10 @@ from svc.engine.containers.service import ContainerService
 from svc.engine.containers.spec import HostFacts
 from svc.engine.events import REPLAY_EVENTS, EventBus
 from svc.engine.images.distribution import DistributionMap
+from svc.engine.images.downloads import DownloadManager
+from svc.engine.images.pull import Puller
 from svc.engine.images.push import Pusher
-from svc.engine.images.service import ImageService
+from svc.engine.images.service import Image, ImageService
 from svc.engine.networks.service import NetworkService
 from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
@@ -77,6 +79,9 @@ class Engine:
         self.registries = Registries(config.registry)
         self.distribution = DistributionMap(config.root)
         self.pusher = Pusher(self.images, self.distribution, config.registry)
+        self.downloads = DownloadManager(config.root, config.registry)
+        self.puller = Puller(self.images, self.distribution, self.downloads, config.registry)
+        self.images.on_delete = self._forget_partial_blobs
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
@@ -125,12 +130,19 @@ class Engine:
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)
 
+    async def _forget_partial_blobs(self, image: Image) -> None:
+        """A removed image's layers need no half-downloaded blobs any more."""
+        diff_ids = image.config.get("rootfs", {}).get("diff_ids") or []
+        blobs = {b for d in diff_ids for b, _ in self.distribution.lookup(str(d))}
+        await self.downloads.forget(sorted(blobs))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the engine's background tasks until cancelled."""
         set_subreaper()  # container inits are re-parented to the daemon, which reaps them
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.events.run)
+            await nursery.start(self.downloads.run)
             await nursery.start(reap_orphans, self.containers.waited_pids, self.launches)
             await nursery.start(self.containers.stats.run)
             try:

@@ -242,3 +242,35 @@ async def put(client: RegistryClient, name: str, reference: str, raw: bytes,
         raise DigestMismatch(f"manifest {name}:{reference}: the registry stored {theirs}, "
                              f"the bytes are {ours}")
     return ours
+
+
+async def list_tags(client: RegistryClient, name: str, *, page: int = 1000,
+                    max_pages: int = 100) -> list[str]:
+    """Every tag of a repository (``GET /v2/<name>/tags/list``, following ``Link`` pages).
+
+    Raises:
+        NotFound: no such repository.
+    """
+    found: list[str] = []
+    path: str | None = f"/v2/{name}/tags/list?n={page}"
+    for _ in range(max_pages):
+        if path is None:
+            break
+        answer = await client.request("GET", path, scopes=(repository_scope(name, "pull"),),
+                                      what=f"tags of {name}")
+        try:
+            tags = json.loads(answer.body).get("tags") or []
+        except (ValueError, AttributeError):
+            raise InvalidManifest(f"tags of {name}: the answer is not a tag list") from None
+        found += [t for t in tags if isinstance(t, str)]
+        path = _next_page(answer.headers.get("link", ""))
+    return found
+
+
+def _next_page(link: str) -> str | None:
+    """The target of a ``Link: </v2/...>; rel="next"`` header, if any."""
+    for part in link.split(","):
+        target, _, params = part.partition(";")
+        if 'rel="next"' in params.replace(" ", "") and target.strip().startswith("</v2/"):
+            return target.strip()[1:-1]
+    return None

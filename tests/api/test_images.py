@@ -182,10 +182,16 @@ async def test_import_from_url(api, http_server: str) -> None:  # type: ignore[n
     assert bad.status_code == 400
 
 
-async def test_pull_is_refused_clearly(api) -> None:  # type: ignore[no-untyped-def]
+async def test_pull_references_are_checked_first(api) -> None:  # type: ignore[no-untyped-def]
+    """Malformed pulls are refused before any registry is asked (tests/registry pulls)."""
     _, c = api
-    r = await c.post("/images/create", params={"fromImage": "busybox"})
-    assert r.status_code == 501 and "fromImage" in r.text
+    r = await c.post("/images/create", params={"fromImage": "Busybox"})
+    assert r.status_code == 400 and "lowercase" in r.text
+    r = await c.post("/images/create", params={"fromImage": "busybox:1", "tag": "2"})
+    assert r.status_code == 400 and "tag parameter" in r.text
+    r = await c.post("/images/create", params={"fromImage": "busybox",
+                                               "tag": "sha256:" + "a" * 40})
+    assert r.status_code == 400 and "digest length" in r.text
 
 
 async def test_load_manifest_layout_and_names(api) -> None:  # type: ignore[no-untyped-def]

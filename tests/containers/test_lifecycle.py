@@ -173,7 +173,7 @@ async def test_sigkill_waits_for_the_exit(api: httpx.AsyncClient) -> None:
 
 
 async def test_wait_sends_headers_at_once(cdaemon: Daemon, api: httpx.AsyncClient) -> None:
-    from tests.support.http import connect, read_head
+    from tests.support.http import connect, header, read_head
 
     cid = (await create(api, ["sleep", "1"]))["Id"]
     await api.post(f"/containers/{cid}/start")
@@ -187,6 +187,14 @@ async def test_wait_sends_headers_at_once(cdaemon: Daemon, api: httpx.AsyncClien
         while b"StatusCode" not in buf:
             buf += await s.receive_some()
     assert b'{"StatusCode":0}' in buf
+    assert header(head, "Connection") is None
+    # the connection stays open for the next request, as dockerd's does
+    while not buf.endswith(b"0\r\n\r\n"):
+        buf += await s.receive_some()
+    await s.send_all(b"GET /_ping HTTP/1.1\r\nHost: svc\r\n\r\n")
+    buf = bytearray()
+    with trio.fail_after(5):
+        assert (await read_head(s, buf)).startswith(b"HTTP/1.1 200")
     await s.aclose()
 
 

@@ -4,6 +4,7 @@ proxy, and a fake registry that lies about digests or serves an endless blob."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -20,13 +21,23 @@ async def _listen(nursery: trio.Nursery, handler: Callable[[trio.SocketStream],
     return int(listeners[0].socket.getsockname()[1])
 
 
+_REQUEST_LINE = re.compile(rb"(GET|HEAD|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1\r\n")
+
+
 @dataclass
 class CountingProxy:
-    """Forwards 127.0.0.1:<port> to ``upstream`` and counts the bytes sent back."""
+    """Forwards 127.0.0.1:<port> to ``upstream``, counts the bytes sent back and notes the
+    request lines sent up; ``delay`` seconds after each chunk sent back throttle it."""
 
     upstream: int
     downstream_bytes: int = 0
     port: int = 0
+    delay: float = 0.0
+    requests: list[str] = field(default_factory=list)
+
+    def blob_gets(self, digest: str) -> int:
+        return sum(1 for r in self.requests if r.startswith("GET ") and
+                   r.endswith(f"/blobs/{digest}"))
 
     async def start(self, nursery: trio.Nursery) -> CountingProxy:
         self.port = await _listen(nursery, self._serve)
@@ -44,7 +55,12 @@ class CountingProxy:
             while data := await src.receive_some(65536):
                 if count:
                     self.downstream_bytes += len(data)
+                else:
+                    self.requests += [f"{m[1].decode()} {m[2].decode()}"
+                                      for m in _REQUEST_LINE.finditer(data)]
                 await dst.send_all(data)
+                if count and self.delay:
+                    await trio.sleep(self.delay)
         scope.cancel()
 
 

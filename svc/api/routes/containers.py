@@ -295,7 +295,7 @@ async def wait(ref: str) -> Response:
         code = await svc.wait_exit(c, after)
         yield WaitResponse(StatusCode=code).model_dump_json().encode() + b"\n"
 
-    return await respond_chunked(body(), content_type="application/json")
+    return await respond_chunked(body(), content_type="application/json", keep_alive=True)
 
 
 # -- logs -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Image endpoints: list, inspect, history, tag, remove, import, load, save."""
+"""Image endpoints: list, inspect, history, tag, remove, import, pull, load, save."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from svc.engine.images.remove import remove_image
 from svc.engine.images.save import plan_save, save_size, write_save
 from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
 from svc.engine.streams import ThreadWriter
-from svc.errors import InvalidParameter, NotFound, Unsupported, unwrap
+from svc.errors import InvalidParameter, NotFound, unwrap
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
+from svc.wire.authconfig import decode_auth_header
 
 bp = Blueprint("images", __name__)
 _backend: Wired[ImagesBackend] = Wired("images")
@@ -131,9 +132,9 @@ async def delete(name: str) -> Response:
 
 @bp.post("/images/create")
 async def create() -> Response:
-    if qstr("fromImage"):
-        raise Unsupported("pulling images from a registry (fromImage) is not available in "
-                          "this version of svc; import (fromSrc) or load images instead")
+    from_image = qstr("fromImage")
+    if from_image:
+        return await _pull(from_image)
     src = qstr("fromSrc")
     if not src:
         raise InvalidParameter("fromSrc or fromImage is required")
@@ -145,7 +146,17 @@ async def create() -> Response:
         body = await sniff_archive(request.body)  # garbage is a 400, before the stream
     lines = progress_lines(partial(import_image, images(), spec, body), "import",
                            lambda image: Msg(status=image.id).line())
-    return await respond_chunked(lines, content_type="application/json", reads_body=True)
+    return await respond_chunked(lines, content_type="application/json", keep_alive=True)
+
+
+async def _pull(from_image: str) -> Response:
+    """Early failures (bad name, unknown repository or tag, no registry) are HTTP errors;
+    the rest goes into the stream, which a disconnect cancels at once."""
+    puller = _backend.get().puller
+    credentials = decode_auth_header(request.headers.get("X-Registry-Auth"))
+    job = await puller.prepare(from_image, qstr("tag"), credentials)
+    return await respond_chunked(progress_lines(partial(puller.run, job), "pull"),
+                                 content_type="application/json")
 
 
 def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:

@@ -80,6 +80,27 @@ class DistributionMap:
                     self._sizes[blob_digest] = size
                 await self._save()
 
+    def diff_id_of(self, blob_digest: str) -> str | None:
+        """The layer a blob is known to hold (a schema 1 manifest names only blobs)."""
+        for diff_id, pairs in self._entries.items():
+            if any(b == blob_digest for b, _ in pairs):
+                return diff_id
+        return None
+
+    async def record_many(self, entries: list[tuple[str, str, int | None]],
+                          repository: str) -> None:
+        """Record several (diff_id, blob digest, size) of one repository in one write."""
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                for diff_id, blob_digest, size in entries:
+                    pairs = [p for p in self._entries.get(diff_id, [])
+                             if p != (blob_digest, repository)]
+                    pairs.append((blob_digest, repository))
+                    self._entries[diff_id] = pairs[-MAX_REPOSITORIES:]
+                    if size is not None:
+                        self._sizes[blob_digest] = size
+                await self._save()
+
     async def forget(self, diff_id: str, blob_digest: str, repository: str) -> None:
         """Drop an entry a registry contradicted (the blob is not there any more)."""
         with trio.CancelScope(shield=True):

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,8 @@ class ImageService:
         self.pins: Counter[str] = Counter()
         # Set by the containers service: image id -> (a container using it, running?) or None.
         self.container_use: Callable[[str], tuple[str, bool] | None] = lambda image_id: None
+        # Set by the engine: what else to clean up once an image is deleted (partial blobs).
+        self.on_delete: Callable[[Image], Awaitable[None]] | None = None
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -361,6 +363,9 @@ class ImageService:
             await trio.to_thread.run_sync(self.configs.delete, image.id)
         gone = await self._delete_unused(list(reversed(image.chain)))
         self.events.publish("image", "delete", image.id, {"name": image.id})
+        if self.on_delete is not None:
+            with trio.CancelScope(shield=True):
+                await self.on_delete(image)
         return [{"Deleted": image.id}] + [{"Deleted": c} for c in gone]
 
 

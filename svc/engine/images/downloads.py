@@ -1,0 +1,251 @@
+"""Blob downloads for pulls: shared between requests, resumable, cancelled with their last user.
+
+A pull asks for a layer blob with :meth:`DownloadManager.use`; while one download of that
+digest runs, every other request that asks for it joins it instead of starting another, so
+concurrent pulls of images that share layers fetch each blob once. The transfer runs in the
+manager's own nursery, at most ``CONCURRENCY`` at a time; its users follow its progress
+(``current``/``total``) and wait for the verified file. When the last user leaves before it
+is complete (its client went away), the transfer is cancelled at once; while another user
+still waits for it, it goes on.
+
+Partial files live in ``<root>/downloads/<algorithm>-<hex>.partial`` and keep every byte
+received so far (``blobs.fetch`` flushes them when cancelled): the next download of the digest
+continues with ``Range``, as does the same transfer after a network error (tried again
+after 1, 2 and 4 seconds, ``Retrying in N seconds``). A verified file is removed when its
+last user is done with it (the layer is in the store by then). Partial files older than
+``MAX_AGE`` are removed, and the oldest ones go first when together they take more than
+``BUDGET`` bytes; a per-digest lock keeps a new transfer from writing to a file an ending
+one still finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from svc.errors import SvcError
+from svc.registry import blobs
+from svc.registry.client import RegistryClient
+from svc.registry.errors import RegistryError, Unreachable
+from svc.registry.transport import RegistryConfig
+from svc.wire.authconfig import AuthConfig
+
+log = logging.getLogger("svc.images.downloads")
+
+CONCURRENCY = 3  # transfers at once, as dockerd's max-concurrent-downloads
+MAX_AGE = 24 * 3600.0  # seconds a partial file is kept
+BUDGET = 8 << 30  # bytes of partial files kept at most
+SWEEP_INTERVAL = 3600.0
+SUFFIX = ".partial"
+RETRY_DELAYS = (1, 2, 4)  # seconds before each new attempt after a network error
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a blob comes from: a registry, a repository path on it, and the credentials."""
+
+    domain: str
+    path: str
+    credentials: AuthConfig
+
+
+class DownloadCancelled(SvcError):
+    """The transfer stopped because nobody waited for it any more."""
+
+
+@dataclass(eq=False)
+class Download:
+    """One transfer of a blob and what its users see of it."""
+
+    digest: str
+    size: int | None
+    partial: Path
+    current: int = 0
+    total: int | None = None
+    resumed_from: int = 0
+    retry_in: int | None = None  # seconds before the next attempt, while waiting for it
+    users: int = 0
+    started: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+    changed: trio.Event = field(default_factory=trio.Event)  # progress since last reset
+    path: Path | None = None
+    error: BaseException | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    def progress(self, current: int, total: int | None) -> None:
+        self.current, self.total = current, total
+        self.changed.set()
+
+    async def wait(self) -> Path:
+        """The verified file, once the transfer ended; its error otherwise."""
+        await self.done.wait()
+        if self.path is None:
+            raise self.error or DownloadCancelled(f"download of {self.digest} was cancelled")
+        return self.path
+
+
+class DownloadManager:
+    """Downloads blobs into ``<root>/downloads``; :meth:`run` hosts the transfers."""
+
+    def __init__(self, root: Path, config: RegistryConfig, *, budget: int = BUDGET) -> None:
+        self.dir = root / "downloads"
+        self.config = config
+        self.budget = budget
+        self._active: dict[str, Download] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._limiter = trio.CapacityLimiter(CONCURRENCY)
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Host transfers and sweep old partial files until cancelled."""
+        await trio.to_thread.run_sync(lambda: self.dir.mkdir(parents=True, exist_ok=True))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                await self.sweep()
+                await trio.sleep(SWEEP_INTERVAL)
+
+    def partial_path(self, digest: str) -> Path:
+        algorithm, _, hexa = digest.partition(":")
+        return self.dir / f"{algorithm}-{hexa}{SUFFIX}"
+
+    @contextlib.asynccontextmanager
+    async def use(self, source: Source, digest: str, size: int | None
+                  ) -> AsyncIterator[Download]:
+        """Join the download of ``digest`` (starting it if none runs) for the ``with`` block.
+
+        Leaving the block as its last user cancels an unfinished transfer (its partial file
+        stays, to be resumed) and removes a finished file.
+        """
+        assert self._nursery is not None, "the manager is not running"
+        download = self._active.get(digest)
+        if download is None:
+            download = Download(digest, size, self.partial_path(digest))
+            self._active[digest] = download
+            self._nursery.start_soon(self._transfer, download, source)
+        download.users += 1
+        try:
+            yield download
+        finally:
+            download.users -= 1
+            if download.users == 0:
+                self._leave(download)
+
+    def _leave(self, download: Download) -> None:
+        if self._active.get(download.digest) is download:
+            del self._active[download.digest]
+        if not download.done.is_set():
+            download.scope.cancel()
+        elif download.path is not None:
+            with contextlib.suppress(OSError):
+                download.path.unlink()
+
+    async def _transfer(self, download: Download, source: Source) -> None:
+        """Fetch into the partial file under the digest's lock and a transfer slot."""
+        lock = self._locks.setdefault(download.digest, trio.Lock())
+        try:
+            with download.scope:
+                async with lock, self._limiter:
+                    download.started.set()
+                    async with RegistryClient(source.domain, config=self.config,
+                                              credentials=source.credentials) as client:
+                        fetched = await self._fetch(client, source, download)
+                    download.resumed_from = fetched.resumed_from
+                    download.path = fetched.path
+        except (RegistryError, SvcError, OSError) as exc:
+            download.error = exc
+        except Exception as exc:  # a task of the manager's nursery must not take it down
+            log.exception("download of %s failed", download.digest)
+            download.error = exc
+        finally:
+            download.done.set()
+            download.changed.set()
+            if download.path is None and self._active.get(download.digest) is download:
+                del self._active[download.digest]
+            if download.users == 0 and download.path is not None:
+                with contextlib.suppress(OSError):
+                    download.path.unlink()
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(download.digest, None)
+            if download.path is None and self._nursery is not None:
+                self._nursery.start_soon(self.sweep)  # a partial file was kept: budget
+
+    @staticmethod
+    async def _fetch(client: RegistryClient, source: Source, download: Download
+                     ) -> blobs.Fetched:
+        """``blobs.fetch``, tried again (from where it stopped) after a network error,
+        counting down ``retry_in`` for the users to show."""
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return await blobs.fetch(client, source.path, download.digest,
+                                         download.partial, size=download.size,
+                                         progress=download.progress)
+            except Unreachable as exc:
+                if delay is None:
+                    raise
+                log.info("download of %s failed (%s): retrying in %d s", download.digest,
+                         exc, delay)
+            for left in range(delay, 0, -1):
+                download.retry_in = left
+                download.changed.set()
+                await trio.sleep(1)
+            download.retry_in = None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def sweep(self) -> list[Path]:
+        """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the
+        budget; files of running transfers are left alone. Returns those removed."""
+        def busy(path: Path) -> bool:  # read from the thread, as late as possible
+            return any(d.partial == path for d in list(self._active.values()))
+
+        return await trio.to_thread.run_sync(_sweep, self.dir, busy, self.budget, time.time())
+
+    async def forget(self, digests: list[str]) -> None:
+        """Remove the partial files of these blobs unless a transfer uses them (an image
+        that no longer needs them was removed)."""
+        paths = [self.partial_path(d) for d in digests if d not in self._active]
+
+        def remove() -> None:
+            for p in paths:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+        await trio.to_thread.run_sync(remove)
+
+
+def _sweep(directory: Path, busy: Callable[[Path], bool], budget: int,
+           now: float) -> list[Path]:
+    try:
+        entries = [(p, p.stat()) for p in directory.iterdir() if p.name.endswith(SUFFIX)]
+    except FileNotFoundError:
+        return []
+    removed: list[Path] = []
+    kept = []
+    for path, st in sorted(entries, key=lambda e: e[1].st_mtime):
+        if busy(path):
+            continue
+        if now - st.st_mtime > MAX_AGE:
+            removed.append(path)
+        else:
+            kept.append((path, st.st_size))
+    total = sum(size for _, size in kept)
+    for path, size in kept:  # oldest first
+        if total <= budget:
+            break
+        removed.append(path)
+        total -= size
+    removed = [p for p in removed if not busy(p)]
+    for path in removed:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            log.info("removed partial download %s", path.name)
+    return removed
