@@ -102,7 +102,7 @@ class Engine:
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove, knobs=self._probe_knobs())
         self.volumes.referrers = self.containers.volume_users
-        self.builder = Builder(config.root, self.images, self.containers)
+        self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:

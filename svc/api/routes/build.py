@@ -6,7 +6,7 @@ The query, the context and its instructions file are checked before the response
 a 400, as dockerd answered what failed before its first output line with a plain error);
 then the steps run while the answer streams back as ``{"stream"}`` lines, errors in-stream
 with HTTP 200. A client that goes away cancels the build (``respond_chunked(...,
-reads_body=True)``: the request's scope).
+keep_alive=True)``: the request's scope).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from svc.engine.build.job import BuildSpec
 from svc.errors import InvalidParameter
 from svc.models.containers import HostConfigBody
 from svc.wire import jsondoc
+from svc.wire.authconfig import decode_config_header
 
 bp = Blueprint("build", __name__)
 _backend: Wired[BuildBackend] = Wired("build")
@@ -68,7 +69,8 @@ async def build() -> Response:
         quiet=qbool("q"), nocache=qbool("nocache"), rm=qbool("rm", True),
         forcerm=qbool("forcerm"), pull=qbool("pull"),
         buildargs=_json_map("buildargs", nulls=True), labels=labels,
-        host_config=_limits(), remote=qstr("remote") or None))
+        host_config=_limits(), remote=qstr("remote") or None,
+        registry_auth=decode_config_header(request.headers.get("X-Registry-Config"))))
     received = await builder.receive(spec, request.body)  # failures: HTTP errors
     lines = progress_lines(partial(builder.build, received), "build")
-    return await respond_chunked(lines, content_type="application/json", reads_body=True)
+    return await respond_chunked(lines, content_type="application/json", keep_alive=True)

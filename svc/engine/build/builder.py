@@ -33,6 +33,7 @@ from svc.engine.build.job import BuildSpec, Job
 from svc.engine.build.output import Message, Output, StepFailed
 from svc.engine.build.steps import dispatch
 from svc.engine.containers.service import ContainerService
+from svc.engine.images.pull import Puller
 from svc.engine.images.service import ImageService
 from svc.engine.streams import prefetching
 from svc.errors import InvalidParameter
@@ -54,10 +55,12 @@ class Received:
 class Builder:
     """Builds images from contexts, with the containers and images services."""
 
-    def __init__(self, root: Path, images: ImageService, containers: ContainerService) -> None:
+    def __init__(self, root: Path, images: ImageService, containers: ContainerService,
+                 puller: Puller) -> None:
         self.dir = root / "builds"
         self.images = images
         self.containers = containers
+        self.puller = puller
 
     def open(self) -> None:
         """Blocking, before serving: contexts a crash left behind go."""
@@ -120,7 +123,8 @@ class Builder:
         out = Output(send, quiet=spec.quiet)
         job: Job | None = None
         try:
-            job = Job(spec, received.ctx, out, images=self.images, containers=self.containers)
+            job = Job(spec, received.ctx, out, images=self.images, containers=self.containers,
+                      puller=self.puller)
             job.escape = received.svcfile.escape
             instructions = list(received.svcfile.instructions)
             if spec.labels:

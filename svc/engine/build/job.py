@@ -21,9 +21,11 @@ from svc.engine.build.context import Context
 from svc.engine.build.output import Output, StepFailed
 from svc.engine.containers.container import Container
 from svc.engine.containers.service import ContainerService
+from svc.engine.images.pull import Puller
 from svc.engine.images.service import Image, ImageService
 from svc.errors import SvcError
 from svc.models.containers import HostConfigBody
+from svc.wire.authconfig import AuthConfig
 from svc.wire.reference import Reference
 
 log = logging.getLogger("svc.engine.build")
@@ -48,18 +50,20 @@ class BuildSpec:
     labels: dict[str, str] = field(default_factory=dict)
     host_config: HostConfigBody = field(default_factory=HostConfigBody)
     remote: str | None = None
+    registry_auth: dict[str, AuthConfig] = field(default_factory=dict)  # X-Registry-Config
 
 
 class Job:
     """The state of one build while its steps run."""
 
     def __init__(self, spec: BuildSpec, ctx: Context, out: Output, *, images: ImageService,
-                 containers: ContainerService) -> None:
+                 containers: ContainerService, puller: Puller) -> None:
         self.spec = spec
         self.ctx = ctx
         self.out = out
         self.images = images
         self.containers = containers
+        self.puller = puller
         self.image: Image | None = None
         self.scratch = False  # the current image is the empty scratch base
         self.config: dict[str, Any] = imaging.base_config(None)

@@ -48,6 +48,10 @@ class Output:
             self.held_bytes -= gone
             self.dropped += gone
 
+    async def message(self, msg: Message) -> None:
+        """Any message as it is (a pull's progress)."""
+        await self._put(msg)
+
     async def line(self, text: str) -> None:
         await self._put({"stream": text + "\n"})
 

@@ -13,10 +13,10 @@ from svc.build.parser import Instruction, parse
 from svc.build.shellwords import SubstitutionError, expand_word, expand_words
 from svc.engine.build import containers as ctr
 from svc.engine.build import imaging
+from svc.engine.build.base import base_image
 from svc.engine.build.job import Job
 from svc.engine.build.output import StepFailed
 from svc.engine.networks.ports import parse_port
-from svc.errors import NotFound
 from svc.runtime.process import signal_number
 
 Handler = Callable[[Job, Instruction, list[str]], Awaitable[None]]
@@ -87,15 +87,7 @@ async def _from(job: Job, inst: Instruction, args: list[str]) -> None:
     if name == "scratch":
         job.image, job.scratch = await job.scratch_base(), True
     else:
-        try:
-            job.image = job.images.resolve(name)
-        except NotFound:
-            raise StepFailed(f"No such image: {name} (svc does not pull during a build "
-                             "yet: pull, load or import the image first)") from None
-        job.scratch = False
-        if job.spec.pull:
-            await job.out.line(" ---> [Warning] pull=1: svc does not pull during a build yet; "
-                               "the local image is used")
+        job.image, job.scratch = await base_image(job, name), False
     job.config = imaging.base_config(job.image)
     job.config["Image"] = job.image.id
     job.cmd_set = False
