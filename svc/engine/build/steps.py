@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 
-from svc.build.parser import Instruction, parse
+from svc.build.parser import Instruction, go_quote, parse
 from svc.build.shellwords import SubstitutionError, expand_word, expand_words
 from svc.engine.build import containers as ctr
 from svc.engine.build import imaging
@@ -72,8 +72,7 @@ async def dispatch(job: Job, n: int, inst: Instruction) -> None:
 
 
 def _go_list(items: list[str]) -> str:
-    from svc.build.parser import go_quote
-
+    """A list as Go's ``%q`` prints it (``["a" "b"]``), as engines wrote CMD's cache key."""
     return "[" + " ".join(go_quote(i) for i in items) + "]"
 
 
