@@ -103,6 +103,7 @@ class _Unpacker:
         self.counting = counting
         self.links: set[str] = set()  # symlinks of the archive
         self.entries = 0
+        self.dir_modes: dict[Path, int] = {}  # applied at the end: writing needs u+rwx
 
     def add(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> None:
         self.entries += 1
@@ -125,6 +126,7 @@ class _Unpacker:
         if m.isdir():
             target.mkdir(exist_ok=True)
             os.chmod(target, (m.mode & 0o7777) | 0o700)
+            self.dir_modes[target] = m.mode & 0o7777
         elif m.issym():
             os.symlink(m.linkname, target)
             self.links.add(rel)
@@ -135,6 +137,12 @@ class _Unpacker:
         else:
             return  # devices, fifos: not build material
         os.utime(target, (m.mtime, m.mtime), follow_symlinks=False)
+
+    def finish(self) -> None:
+        """Directories get their own modes back (deepest first), once nothing is written."""
+        for path in sorted(self.dir_modes, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                os.chmod(path, self.dir_modes[path])
 
     def _clear(self, target: Path) -> None:
         if target.is_symlink() or target.exists():
@@ -194,11 +202,11 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
     ctx = Context(root, work=root.parent)
     counting = _Counting(body)
     plain: _Counting | None = None
+    unpacker = _Unpacker(ctx, counting)
     data_end = 0  # where the last member's data ended in the uncompressed stream
     try:
         plain = _Counting(open_decompressed(counting))  # type: ignore[arg-type]
         with tarfile.open(fileobj=plain, mode="r|") as tar:  # type: ignore[call-overload]
-            unpacker = _Unpacker(ctx, counting)
             for member in tar:
                 unpacker.add(tar, member)
                 data_end = member.offset_data + (member.size if member.isreg() else 0)
@@ -215,6 +223,7 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
                            f"{str(exc).removeprefix('invalid layer archive: ')}") from None
     except (EOFError, OSError) as exc:
         raise ContextError(f"the build context cannot be read: {exc}") from None
+    unpacker.finish()
     ctx.received = counting.count
     return ctx
 

@@ -104,3 +104,18 @@ def test_missing_trailer_is_accepted_but_cut_data_is_not(tmp_path: Path) -> None
     assert (tmp_path / "c1" / "b").read_bytes() == b"y" * 48 and len(ctx.hashes) == 2
     with pytest.raises(ContextError, match="not a valid tar archive"):
         unpack(io.BytesIO(whole[:512 * 3 + 20]), tmp_path / "c2")
+
+
+def test_directories_keep_their_modes(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("ro")
+        info.type, info.mode = tarfile.DIRTYPE, 0o555
+        tar.addfile(info)
+        info = tarfile.TarInfo("ro/f")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    buf.seek(0)
+    unpack(buf, tmp_path / "c")
+    assert (tmp_path / "c" / "ro").stat().st_mode & 0o7777 == 0o555
+    assert (tmp_path / "c" / "ro" / "f").read_bytes() == b"x"
