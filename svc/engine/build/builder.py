@@ -40,6 +40,7 @@ from svc.errors import InvalidParameter
 from svc.wire.reference import Reference
 
 log = logging.getLogger("svc.engine.build")
+UNCLAIMED_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Builder:
         self.images = images
         self.containers = containers
         self.puller = puller
+        # Contexts received whose build has not begun: a client gone between the two leaves
+        # one behind, removed by the next receive once it is ``UNCLAIMED_SECONDS`` old.
+        self.unclaimed: dict[Path, float] = {}
 
     def open(self) -> None:
         """Blocking, before serving: contexts a crash left behind go."""
@@ -81,6 +85,7 @@ class Builder:
         return out
 
     def prepare(self, spec: BuildSpec) -> BuildSpec:
+        """Check the limits as container create would (a 400 before the stream)."""
         hc = spec.host_config
         if hc.Memory and hc.Memory < 4 << 20:
             raise InvalidParameter("Minimum memory limit allowed is 4MB")
@@ -96,6 +101,7 @@ class Builder:
 
         Cancellation: the partial context is removed.
         """
+        await self._sweep_unclaimed()
         work = self.dir / uuid.uuid4().hex
         try:
             await trio.to_thread.run_sync(partial(work.mkdir, mode=0o700))
@@ -114,12 +120,21 @@ class Builder:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(partial(_remove_work, work))
             raise
+        self.unclaimed[work] = trio.current_time()
         return Received(spec, work, ctx, svcfile)
+
+    async def _sweep_unclaimed(self) -> None:
+        now = trio.current_time()
+        for work, since in list(self.unclaimed.items()):
+            if now - since > UNCLAIMED_SECONDS:
+                del self.unclaimed[work]
+                await trio.to_thread.run_sync(_remove_work, work)
 
     async def build(self, received: Received, send: trio.MemorySendChannel[Message]) -> str:
         """Run the steps, reporting into ``send``; the new image's id. Errors propagate (the
         caller puts them in the stream)."""
         spec = received.spec
+        self.unclaimed.pop(received.work, None)
         out = Output(send, quiet=spec.quiet)
         job: Job | None = None
         try:
