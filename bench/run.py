@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import (  # noqa: E402
+    bench_build,
     bench_containers,
     bench_events,
     bench_images,
@@ -53,6 +54,7 @@ BENCHMARKS = [
     Benchmark("images", bench_images.images),
     Benchmark("push", bench_push.push),
     Benchmark("pull", bench_pull.pull),
+    Benchmark("build", bench_build.build),
     Benchmark("containers", bench_containers.containers),
     Benchmark("streams", bench_streams.streams),
     Benchmark("network", bench_network.network),

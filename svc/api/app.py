@@ -12,6 +12,7 @@ from svc.api import errors as api_errors
 from svc.api.afterresponse import AfterResponse
 from svc.api.body import BoundedRequest, HTTPConnection
 from svc.api.heads import common_headers
+from svc.api.routes import build as build_routes
 from svc.api.routes import container_files as container_files_routes
 from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
@@ -61,6 +62,7 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     events_routes.register(app, engine)
     registry_routes.register(app, engine)
     images_routes.register(app, engine)
+    build_routes.register(app, engine)
     containers_routes.register(app, engine)
     container_files_routes.register(app, engine)
     execs_routes.register(app, engine)

@@ -23,8 +23,12 @@ log = logging.getLogger("svc.api.progress")
 Work = Callable[[trio.MemorySendChannel[dict[str, Any]]], Awaitable[Any]]
 
 
-def error_line(message: str) -> bytes:
-    return Msg(error=message, errorDetail={"message": message}).line()
+def error_line(message: str, code: int | None = None) -> bytes:
+    """The stream's last line on failure; ``code`` (a failed build step's exit code) goes
+    into errorDetail as dockerd's JSONError carried it."""
+    detail: dict[str, Any] = {"message": message} if code is None \
+        else {"code": code, "message": message}
+    return Msg(error=message, errorDetail=detail).line()
 
 
 @trio.as_safe_channel
@@ -44,6 +48,9 @@ async def progress_lines(work: Work, what: str,
                 cause = unwrap(exc)
                 if isinstance(cause, SvcError):
                     outcome["error"] = str(cause)
+                    code = getattr(cause, "code", None)
+                    if isinstance(code, int):
+                        outcome["code"] = code
                 else:
                     log.exception("%s failed", what)
                     outcome["error"] = f"{what} failed: {type(cause).__name__}: {cause}"
@@ -53,6 +60,6 @@ async def progress_lines(work: Work, what: str,
         async for msg in recv:
             yield Msg.model_validate(msg).line()
     if "error" in outcome:
-        yield error_line(outcome["error"])
+        yield error_line(outcome["error"], outcome.get("code"))
     elif last is not None:
         yield last(outcome["result"])

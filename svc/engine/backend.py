@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from svc.engine.build.builder import Builder
 from svc.engine.containers.service import ContainerService
 from svc.engine.events import EventBus
 from svc.engine.images.pull import Puller
@@ -50,6 +51,13 @@ class RegistryBackend(Protocol):
 
     @property
     def pusher(self) -> Pusher: ...
+
+
+class BuildBackend(Protocol):
+    """``/build``."""
+
+    @property
+    def builder(self) -> Builder: ...
 
 
 class ContainersBackend(Protocol):

@@ -14,6 +14,7 @@ from pathlib import Path
 import trio
 
 from svc.engine import system
+from svc.engine.build.builder import Builder
 from svc.engine.containers.container import Container
 from svc.engine.containers.service import ContainerService
 from svc.engine.containers.spec import HostFacts
@@ -101,6 +102,7 @@ class Engine:
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove, knobs=self._probe_knobs())
         self.volumes.referrers = self.containers.volume_users
+        self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -117,6 +119,7 @@ class Engine:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
         self.images.open(self.records["images"])
         self.distribution.open()
+        self.builder.open()
         self.volumes.open(self.records["volumes"])
         for nid, rec in self.networks.open(self.records["networks"], self.engine_id):
             self.store.put("networks", nid, rec)

@@ -66,7 +66,7 @@ class ProgressMessage(WireModel):
     progress: str | None = None
     progressDetail: dict[str, int] | None = None
     error: str | None = None
-    errorDetail: dict[str, str] | None = None
+    errorDetail: dict[str, Any] | None = None
     aux: dict[str, Any] | None = None
 
     def line(self) -> bytes:

@@ -81,6 +81,18 @@ def failure(command: str, exit_code: int, text: str) -> RuntimeFailure:
     return kind(message, command=command, exit_code=exit_code, output=text)
 
 
+# ``runc start`` opens and reads the exec fifo, which releases the init (the process runs),
+# and only then removes the fifo (runc's handleFifoResult). A process that exits at once can be
+# torn down (``runc delete`` removes the state directory) before that removal, which then
+# fails: the start did happen, and its exit is the supervisor's to report.
+_FIFO_GONE = re.compile(r"remove \S*exec\.fifo: no such file or directory")
+
+
+def started_anyway(exc: RuntimeFailure) -> bool:
+    """Whether a failed ``runc start`` did release the container's process (pure)."""
+    return exc.command == "start" and bool(_FIFO_GONE.search(str(exc)))
+
+
 def _log_warnings(text: str) -> None:
     for level, msg in _messages(text):
         if level in ("warning", "error"):
@@ -263,7 +275,13 @@ class Runc:
 
         Cancellation: runc is killed; the container may or may not have started.
         """
-        await self._run("start", container_id)
+        try:
+            await self._run("start", container_id)
+        except RuntimeFailure as exc:
+            if not started_anyway(exc):
+                raise
+            log.debug("runc start %s: the process ran and was torn down first (%s)",
+                      container_id, exc)
 
     async def kill(self, container_id: str, sig: int = signal.SIGTERM, *,
                    all: bool = False) -> None:

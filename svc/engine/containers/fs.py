@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from svc.storage.tarformat import OPAQUE_XATTR
 # -I: no PYTHON* variables, no user site; the helper is exec'd, never forked from the daemon.
 HELPER = [sys.executable, "-I", "-m", "svc.storage.chroot_archive"]
 READ = 1 << 16
+MakeConfig = Callable[[Image, str], bytes]  # (the container's image, the new diff id)
 KINDS: dict[str, type[SvcError]] = {"not_found": NotFound, "invalid": InvalidParameter,
                                     "forbidden": Forbidden, "system": SystemError_}
 
@@ -195,8 +196,9 @@ class ContainerFS:
 
     async def commit(self, c: Container, *, repo_config: dict[str, Any] | None,
                      changes: list[str], comment: str, author: str,
-                     pause: bool) -> Image:
-        """A new image: the container's image plus a layer made from its upper dir."""
+                     pause: bool, make_config: MakeConfig | None = None) -> Image:
+        """A new image: the container's image plus a layer made from its upper dir. The
+        builder passes ``make_config(image, diff_id)`` to write the config itself."""
         image = self.images.images.get(c.image_id)
         if image is None:
             raise NotFound(f"the image {c.image_id} of container {c.id} is gone")
@@ -219,10 +221,11 @@ class ContainerFS:
                 await trio.to_thread.run_sync(os.unlink, staged_file)
         chain = [*image.chain, layer.chain_id]
         try:
-            config = imageconfig.commit_config(
-                image.config, c.config.model_dump(), container_id=c.id, diff_id=layer.diff_id,
-                created_ns=time.time_ns(), comment=comment, author=author, changes=changes,
-                overrides=repo_config, empty_layer=False)
+            config = make_config(image, layer.diff_id) if make_config else \
+                imageconfig.commit_config(
+                    image.config, c.config.model_dump(), container_id=c.id,
+                    diff_id=layer.diff_id, created_ns=time.time_ns(), comment=comment,
+                    author=author, changes=changes, overrides=repo_config, empty_layer=False)
             async with self.images.lock:
                 new = await self.images.commit_image(config, chain, image.id)
         finally:

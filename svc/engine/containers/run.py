@@ -171,11 +171,15 @@ class Runner:
                 await self.runtime.kill(c.id, signal.SIGKILL)
             await live.exited.wait()
             raise err from None
+        c.has_been_started = True
+        if live.exited.is_set():  # it ran, exited and was recorded before runc start returned
+            await self.save(c)
+            self.event(c, "start")
+            return
         st = c.state
         transition(st, "started")
         st.pid, st.started_ns = live.pid, now_ns()
         st.exit_code, st.error, st.oom_killed = 0, "", False
-        c.has_been_started = True
         await self.save(c)
         c.notify()
         self.event(c, "start")

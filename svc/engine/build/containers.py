@@ -1,0 +1,270 @@
+"""The steps that need a container: RUN runs its command in one (a real container on runc,
+with the build's limits; output streamed as it comes), COPY and ADD put their sources into
+one through the same chroot-confined extraction as ``PUT /containers/{id}/archive``. Each
+container is committed into the step's image and removed afterwards (``rm``/``forcerm``).
+
+Cancellation: the container stays in ``job.temp``, which ``Job.discard`` empties (killing
+a running command) when the build is cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import urlparse
+
+import httpx
+import trio
+
+from svc.build.parser import Instruction
+from svc.engine.build import imaging, sources
+from svc.engine.build.job import Job
+from svc.engine.build.output import StepFailed, StreamText
+from svc.engine.containers.container import Container
+from svc.engine.images.service import Image
+from svc.engine.streams import ThreadWriter
+from svc.errors import SvcError
+from svc.models.containers import CreateBody
+from svc.storage.securejoin import secure_join
+from svc.wire.stdcopy import STDERR
+
+destination = sources.destination
+URL_TIMEOUT = 60.0
+MAX_URL_BYTES = 4 << 30
+
+
+async def _create(job: Job, image: Image, cmd: list[str], env: list[str]) -> Container:
+    cfg = job.config
+    body = CreateBody.model_validate({
+        "Image": image.id, "Cmd": cmd, "Entrypoint": [], "Env": env,
+        "User": cfg.get("User") or "", "WorkingDir": cfg.get("WorkingDir") or "",
+        "HostConfig": job.spec.host_config.model_dump(by_alias=True)})
+    c = await job.containers.create(body, None)
+    job.temp.append(c)
+    return c
+
+
+async def _commit(job: Job, c: Container, probe: dict[str, Any]) -> None:
+    config = {**job.config, "Image": probe["Image"]}
+
+    def make(image: Image, diff_id: str) -> bytes:
+        return imaging.step_config(image, config, probe, author=job.author,
+                                   created_ns=time.time_ns(), diff_id=diff_id,
+                                   container_id=c.id)
+
+    image = await job.containers.fs.commit(c, repo_config=None, changes=[], comment="",
+                                           author=job.author, pause=False, make_config=make)
+    job.adopt(image)
+
+
+# -- RUN ------------------------------------------------------------------------------------
+
+async def run_step(job: Job, cmd: list[str]) -> None:
+    image = job.require_image("RUN")
+    build_env = job.run_env()
+    saved = [f"|{len(build_env)}", *build_env, *cmd] if build_env else cmd
+    probe = {**job.config, "Cmd": saved, "Image": image.id}
+    if await job.probe(probe):
+        return
+    c = await _create(job, image, cmd, [*(job.config.get("Env") or []), *build_env])
+    await job.out.line(f" ---> Running in {c.short_id}")
+    code = await _run_streaming(job, c)
+    if code != 0:
+        raise StepFailed(f"The command '{' '.join(cmd)}' returned a non-zero code: {code}",
+                         code)
+    await _commit(job, c, probe)
+
+
+async def _run_streaming(job: Job, c: Container) -> int:
+    """Start ``c`` and pass its output on as it comes; its exit code."""
+    attachment = c.hub.subscribe(stdout=True, stderr=True)
+    text = {1: StreamText(), STDERR: StreamText()}
+    try:
+        await job.containers.start(c)
+        while (chunks := await attachment.take()) is not None:
+            for stream, data in chunks:
+                decoded = text[stream].feed(data)
+                if stream == STDERR:
+                    await job.out.stderr(decoded)
+                else:
+                    await job.out.stdout(decoded)
+    finally:
+        attachment.close()
+    return await job.containers.wait_exit(c)
+
+
+# -- COPY / ADD -----------------------------------------------------------------------------
+
+def _is_url(s: str) -> bool:
+    return s.startswith(("http://", "https://"))
+
+
+def _chown(inst: Instruction) -> tuple[int, int] | None:
+    for flag in inst.flags:
+        name, _, value = flag.removeprefix("--").partition("=")
+        if name == "chown":
+            user, _, group = value.partition(":")
+            if not user.isdigit() or not (group or user).isdigit():
+                raise StepFailed(f"{inst.cmd.upper()} --chown: only numeric uid[:gid] is "
+                                 f"supported, not {value!r}")
+            return int(user), int(group or user)
+    return None
+
+
+async def _download(job: Job, url: str, dest: str) -> sources.Source:
+    """ADD <url>: the file lands in the build's directory, mode 0600 (as engines did)."""
+    name = os.path.basename(urlparse(url).path.rstrip("/"))
+    if dest.endswith("/") and not name:
+        raise StepFailed(f"cannot determine a file name from the URL {url}: name the "
+                         "destination file")
+    folder = (job.ctx.work or job.ctx.root.parent) / "urls"
+    await trio.to_thread.run_sync(partial(folder.mkdir, exist_ok=True))
+    path = folder / f"{len(os.listdir(folder))}-{name or 'download'}"
+    size = 0
+    try:
+        async with httpx.AsyncClient(timeout=URL_TIMEOUT, follow_redirects=True) as client, \
+                client.stream("GET", url) as r:
+            if r.status_code != 200:
+                raise StepFailed(f"ADD failed: {url}: HTTP {r.status_code}")
+            with open(path, "wb") as f:  # noqa: ASYNC230 - small writes into a fresh file
+                async for chunk in r.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_URL_BYTES:
+                        raise StepFailed(f"ADD failed: {url} is larger than "
+                                         f"{MAX_URL_BYTES >> 30} GiB")
+                    f.write(chunk)
+    except httpx.HTTPError as exc:
+        raise StepFailed(f"ADD failed: cannot download {url}: {exc}") from None
+    os.chmod(path, 0o600)
+    return sources.Source(name or "download", path, False)
+
+
+async def _keys(job: Job, found: list[sources.Source]) -> list[str]:
+    """The cache keys of the sources, hashed in parallel worker threads."""
+    keys = [""] * len(found)
+    limiter = trio.CapacityLimiter(4)
+
+    async def one(i: int, src: sources.Source) -> None:
+        keys[i] = await trio.to_thread.run_sync(sources.source_key, job.ctx, src,
+                                                limiter=limiter)
+
+    async with trio.open_nursery() as nursery:
+        for i, src in enumerate(found):
+            nursery.start_soon(one, i, src)
+    return keys
+
+
+async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
+    cmd = inst.cmd.upper()
+    if len(args) < 2:
+        raise StepFailed(f"{cmd} requires at least two arguments")
+    owner = _chown(inst)
+    image = job.require_image(cmd)
+    srcs, dest = args[:-1], args[-1]
+    dest_abs = destination(dest, str(job.config.get("WorkingDir") or "/"))
+    found, downloaded = await _gather(job, cmd, srcs, dest)
+    if len(found) > 1 and not dest.endswith("/"):
+        raise StepFailed(f"When using {cmd} with more than one source file, the destination "
+                         "must be a directory and end with a /")
+    key = sources.combined_key(await _keys(job, found))
+    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {key} in {dest}"), "Image": image.id}
+    if await job.probe(probe):
+        return
+    c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
+    archives = [s for s in found if cmd == "ADD" and not s.is_dir and s.path not in downloaded
+                and await trio.to_thread.run_sync(sources.is_archive, s.path)]
+    plain = [s for s in found if s not in archives]
+    dest_is_dir = bool(archives) or await _is_dir(job, c, dest_abs)
+    members = sources.plan(plain, dest_abs, dest_is_dir)
+    if members:
+        await _put(job, c, "/", partial(sources.write_tar, members, owner=owner))
+    for archive in archives:
+        if not await _is_dir(job, c, dest_abs):
+            await _put(job, c, "/", partial(_dir_tar, dest_abs))
+        await _put(job, c, dest_abs, partial(_copy_file, archive.path))
+    await _commit(job, c, probe)
+
+
+async def _gather(job: Job, cmd: str, srcs: list[str],
+                  dest: str) -> tuple[list[sources.Source], set[Path]]:
+    """The sources the arguments name (URLs downloaded for ADD), and the downloaded ones."""
+    found: list[sources.Source] = []
+    downloaded: set[Path] = set()
+    for s in srcs:
+        if _is_url(s):
+            if cmd == "COPY":
+                raise StepFailed("Source can't be a URL for COPY")
+            got = await _download(job, s, dest)
+            downloaded.add(got.path)
+            found.append(got)
+            continue
+        try:
+            found += await trio.to_thread.run_sync(sources.resolve, job.ctx, s, cmd)
+        except SvcError as exc:
+            raise StepFailed(str(exc)) from None
+    return found, downloaded
+
+
+async def _is_dir(job: Job, c: Container, path: str) -> bool:
+    """Whether ``path`` is a directory in ``c`` (symlinks resolved inside its root). Read on
+    the mounted root from the host: the container was never started, so nothing in it can
+    change the answer; a helper process would cost more than the whole check."""
+    async with job.containers.fs.root(c):
+        return await trio.to_thread.run_sync(_dir_in, c.rootfs, path)
+
+
+def _dir_in(rootfs: Path, path: str) -> bool:
+    try:
+        found = secure_join(rootfs, path)
+    except (OSError, SvcError):
+        return False
+    return found.is_dir()
+
+
+def _dir_tar(path: str, out: BinaryIO) -> None:
+    import tarfile
+
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        info = tarfile.TarInfo(path.strip("/"))
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+        tar.addfile(info)
+
+
+def _copy_file(path: Path, out: BinaryIO) -> None:
+    with open(path, "rb") as f:
+        while data := f.read(1 << 20):
+            out.write(data)
+
+
+async def _put(job: Job, c: Container, path: str,
+               produce: Callable[[BinaryIO], None]) -> None:
+    """Extract what ``produce`` writes (in a worker thread) at ``path`` in ``c``."""
+    send, recv = trio.open_memory_channel[bytes](4)
+
+    def write_all() -> None:
+        writer = ThreadWriter(send)
+        produce(writer)  # type: ignore[arg-type]
+        writer.flush()
+
+    async def producer() -> None:
+        async with send:
+            # the extraction may stop reading: its own error says why
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await trio.to_thread.run_sync(write_all)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async for chunk in recv:
+            yield chunk
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(producer)
+        async with recv:
+            try:
+                await job.containers.fs.put(c, path, chunks(), no_overwrite_dir_non_dir=False)
+            except SvcError as exc:
+                raise StepFailed(f"{exc}") from None

@@ -1,0 +1,279 @@
+"""The build context: the request body (a tar, identity, gzip, bzip2 or xz) unpacked into a
+private directory as it arrives, checked entry by entry, every regular file hashed as it is
+written (COPY and ADD cache keys then cost no second read).
+
+Refused, with the entry named, before anything of it is used: names that leave the context
+(absolute, ``..`` above the root), entries below a symlink of the archive (writing through
+it could land anywhere), hard links to something that is not a file of the archive, more
+than ``MAX_ENTRIES`` entries or ``MAX_BYTES`` bytes, and decompression bombs (more than
+``BOMB_RATIO`` times the bytes received once ``BOMB_FLOOR`` bytes are out). Devices, fifos
+and sockets are skipped. Then the ignore file (``.svcignore``, else ``.dockerignore``)
+removes what it names; the instructions file is read first, so naming it there only keeps it
+out of COPY, as engines do.
+
+Blocking: run ``unpack`` in a worker thread. Cancellation: the caller removes the directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from svc.build.ignore import IGNORE_FILES, PatternMatcher, read_patterns
+from svc.errors import InvalidParameter
+from svc.storage.compression import open_decompressed
+
+MAX_ENTRIES = 1_000_000
+MAX_BYTES = 16 << 30
+BOMB_RATIO = 200
+BOMB_FLOOR = 64 << 20
+RESERVE = 512 << 20  # free space left on the daemon's disk after a context file is written
+MAX_SVCFILE = 4 << 20
+READ = 1 << 20
+
+
+class ContextError(InvalidParameter):
+    """The context is refused; nothing of it is used."""
+
+
+@dataclass
+class Context:
+    """An unpacked context: its directory and the sha256 of each regular file in it."""
+
+    root: Path
+    work: Path | None = None  # the build's own directory (downloads of ADD <url> go there)
+    hashes: dict[str, str] = field(default_factory=dict)  # "a/b" -> hex digest
+    received: int = 0  # bytes of the body read
+    size: int = 0  # bytes written
+
+    def ignore_matcher(self) -> PatternMatcher | None:
+        for name in IGNORE_FILES:
+            path = self.root / name
+            if path.is_file() and not path.is_symlink():
+                try:
+                    return PatternMatcher(read_patterns(path.read_text(errors="replace")))
+                except ValueError as exc:
+                    raise ContextError(f"{name}: {exc}") from None
+        return None
+
+
+class _Counting:
+    """Counts the body bytes read, for the bomb ratio."""
+
+    def __init__(self, inner: IO[bytes] | Any) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.inner.read(n)
+        self.count += len(data)
+        return data
+
+    def readinto(self, b: bytearray | memoryview) -> int:
+        n = self.inner.readinto(b)  # type: ignore[union-attr]
+        self.count += n or 0
+        return int(n or 0)
+
+    def readable(self) -> bool:
+        return True
+
+
+def clean_name(name: str) -> str:
+    """The context-relative path of an archive entry, or a ContextError if it leaves it."""
+    if name.startswith("/"):
+        raise ContextError(f"invalid build context: the entry {name!r} is an absolute path")
+    cleaned = posixpath.normpath(name)
+    if cleaned == ".":
+        return ""
+    if cleaned == ".." or cleaned.startswith("../"):
+        raise ContextError(f"invalid build context: the entry {name!r} points outside the "
+                           "context")
+    return cleaned
+
+
+class _Unpacker:
+    def __init__(self, ctx: Context, counting: _Counting) -> None:
+        self.ctx = ctx
+        self.counting = counting
+        self.links: set[str] = set()  # symlinks of the archive
+        self.entries = 0
+        self.dir_modes: dict[Path, int] = {}  # applied at the end: writing needs u+rwx
+
+    def add(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> None:
+        self.entries += 1
+        if self.entries > MAX_ENTRIES:
+            raise ContextError(f"build context refused: more than {MAX_ENTRIES} entries")
+        rel = clean_name(m.name)
+        if not rel:
+            return
+        parts = rel.split("/")
+        for k in range(1, len(parts)):
+            if "/".join(parts[:k]) in self.links:
+                raise ContextError(f"invalid build context: the entry {m.name!r} lies below "
+                                   f"the symlink {'/'.join(parts[:k])!r}")
+        target = self.ctx.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not m.isdir():
+            self._clear(target)
+        self.links.discard(rel)
+        self.ctx.hashes.pop(rel, None)
+        if m.isdir():
+            target.mkdir(exist_ok=True)
+            os.chmod(target, (m.mode & 0o7777) | 0o700)
+            self.dir_modes[target] = m.mode & 0o7777
+        elif m.issym():
+            os.symlink(m.linkname, target)
+            self.links.add(rel)
+        elif m.islnk():
+            self._hardlink(m, rel, target)
+        elif m.isreg():
+            self._file(tar, m, rel, target)
+        else:
+            return  # devices, fifos: not build material
+        os.utime(target, (m.mtime, m.mtime), follow_symlinks=False)
+
+    def finish(self) -> None:
+        """Directories get their own modes back (deepest first), once nothing is written."""
+        for path in sorted(self.dir_modes, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                os.chmod(path, self.dir_modes[path])
+
+    def _clear(self, target: Path) -> None:
+        if target.is_symlink() or target.exists():
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+
+    def _hardlink(self, m: tarfile.TarInfo, rel: str, target: Path) -> None:
+        try:
+            src = clean_name(m.linkname)
+        except ContextError:
+            src = ""
+        source = self.ctx.root / src
+        if not src or src in self.links or not source.is_file() or source.is_symlink():
+            raise ContextError(f"invalid build context: the hard link {m.name!r} points to "
+                               f"{m.linkname!r}, which is not a file of the context")
+        os.link(source, target)
+        self.ctx.hashes[rel] = self.ctx.hashes.get(src, "")
+
+    def _file(self, tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, target: Path) -> None:
+        if self.ctx.size + m.size > MAX_BYTES:
+            raise ContextError(f"build context refused: larger than {MAX_BYTES >> 30} GiB")
+        free = shutil.disk_usage(self.ctx.root).free
+        if m.size > free - RESERVE:
+            raise ContextError(f"build context refused: {m.name!r} ({m.size} bytes) does not "
+                               "fit on the daemon's disk")
+        src = tar.extractfile(m)
+        assert src is not None
+        digest = hashlib.sha256()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            while data := src.read(READ):
+                digest.update(data)
+                out.write(data)
+                self.ctx.size += len(data)
+                self._check_bomb()
+        os.chmod(target, m.mode & 0o7777)
+        self.ctx.hashes[rel] = digest.hexdigest()
+
+    def _check_bomb(self) -> None:
+        received = max(self.counting.count, 1)
+        if self.ctx.size > BOMB_FLOOR and self.ctx.size > BOMB_RATIO * received:
+            raise ContextError(f"build context refused: it expands to more than {BOMB_RATIO} "
+                               "times its size (a decompression bomb)")
+
+
+def unpack(body: IO[bytes] | Any, root: Path) -> Context:
+    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700).
+
+    An archive that stops after its last member's data, without that member's padding and
+    the end-of-archive blocks, is taken as complete: the docker CLI 28 sends exactly that
+    when ``-f`` names a file outside the context (its tar rewriter closes the pipe before
+    the tar writer). Anything cut earlier is refused.
+    """
+    root.mkdir(mode=0o700)
+    ctx = Context(root, work=root.parent)
+    counting = _Counting(body)
+    plain: _Counting | None = None
+    unpacker = _Unpacker(ctx, counting)
+    data_end = 0  # where the last member's data ended in the uncompressed stream
+    try:
+        plain = _Counting(open_decompressed(counting))  # type: ignore[arg-type]
+        with tarfile.open(fileobj=plain, mode="r|") as tar:  # type: ignore[call-overload]
+            for member in tar:
+                unpacker.add(tar, member)
+                data_end = member.offset_data + (member.size if member.isreg() else 0)
+    except tarfile.ReadError as exc:
+        if counting.count == 0:
+            return ctx  # an empty body: an empty context (the instructions file is missing)
+        if not (data_end and plain is not None and plain.count <= -(-data_end // 512) * 512):
+            raise ContextError(f"the build context is not a valid tar archive: {exc}") \
+                from None
+    except ContextError:
+        raise
+    except InvalidParameter as exc:  # corrupt compressed data
+        raise ContextError(f"the build context cannot be read: "
+                           f"{str(exc).removeprefix('invalid layer archive: ')}") from None
+    except (EOFError, OSError) as exc:
+        raise ContextError(f"the build context cannot be read: {exc}") from None
+    unpacker.finish()
+    ctx.received = counting.count
+    return ctx
+
+
+def read_svcfile(ctx: Context, name: str | None) -> tuple[str, str]:
+    """(file name, text) of the instructions file: ``name`` if given, else ``Svcfile``, else
+    ``Dockerfile``. The name may not leave the context nor go through a symlink out of it."""
+    candidates = [name] if name else ["Svcfile", "Dockerfile"]
+    for cand in candidates:
+        rel = clean_name(cand)
+        path = ctx.root / rel
+        real = os.path.realpath(path)
+        if not real.startswith(str(ctx.root.resolve()) + "/"):
+            raise ContextError(f"The Dockerfile ({cand}) must be within the build context")
+        if os.path.isfile(real):
+            if os.path.getsize(real) > MAX_SVCFILE:
+                raise ContextError(f"{cand} is larger than {MAX_SVCFILE >> 20} MiB")
+            with open(real, "rb") as f:
+                text = f.read().decode("utf-8", errors="replace")
+            if not text.strip():
+                raise ContextError(f"The Dockerfile ({cand}) cannot be empty")
+            return rel, text
+    raise ContextError(f"Cannot locate specified Dockerfile: {candidates[-1]}"
+                       if name else "Cannot locate specified Dockerfile: Dockerfile "
+                       "(nor Svcfile)")
+
+
+def apply_ignore(ctx: Context) -> int:
+    """Remove what the ignore file names (the ignore file itself when it names it); the
+    number of paths removed."""
+    matcher = ctx.ignore_matcher()
+    if matcher is None:
+        return 0
+    removed = 0
+    for dirpath, dirnames, filenames in os.walk(ctx.root):
+        base = os.path.relpath(dirpath, ctx.root)
+        base = "" if base == "." else base
+        for name in list(dirnames) + filenames:
+            rel = f"{base}/{name}" if base else name
+            if not matcher.matches(rel):
+                continue
+            path = ctx.root / rel
+            if name in dirnames and not path.is_symlink():
+                if matcher.has_exceptions:
+                    continue  # an exception may keep something below: decide per file
+                shutil.rmtree(path)
+                dirnames.remove(name)
+            else:
+                path.unlink()
+            removed += 1
+            for key in [k for k in ctx.hashes if k == rel or k.startswith(rel + "/")]:
+                del ctx.hashes[key]
+    return removed

@@ -1,0 +1,179 @@
+"""One build's state: the current image and run configuration, the build args, the images
+and containers it made, and the two ways a step ends: a cache hit or a new image.
+
+Cancellation (the client went away): ``discard`` removes every intermediate container
+(killing a running one) and every image this build made that nothing else uses; a failed
+build keeps its images (they are the cache of the next attempt), as engines do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from svc.engine.build import imaging
+from svc.engine.build.context import Context
+from svc.engine.build.output import Output, StepFailed
+from svc.engine.containers.container import Container
+from svc.engine.containers.service import ContainerService
+from svc.engine.images.pull import Puller
+from svc.engine.images.service import Image, ImageService
+from svc.errors import SvcError
+from svc.models.containers import HostConfigBody
+from svc.wire.authconfig import AuthConfig
+from svc.wire.reference import Reference
+
+log = logging.getLogger("svc.engine.build")
+
+# Usable without an ARG line (moby's BuiltinAllowedBuildArgs).
+PROXY_ARGS = frozenset({"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy",
+                        "FTP_PROXY", "ftp_proxy", "NO_PROXY", "no_proxy"})
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """A build request, checked (``Builder.prepare``)."""
+
+    tags: list[Reference] = field(default_factory=list)
+    svcfile: str | None = None
+    quiet: bool = False
+    nocache: bool = False
+    rm: bool = True
+    forcerm: bool = False
+    pull: bool = False
+    buildargs: dict[str, str | None] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    host_config: HostConfigBody = field(default_factory=HostConfigBody)
+    remote: str | None = None
+    registry_auth: dict[str, AuthConfig] = field(default_factory=dict)  # X-Registry-Config
+
+
+class Job:
+    """The state of one build while its steps run."""
+
+    def __init__(self, spec: BuildSpec, ctx: Context, out: Output, *, images: ImageService,
+                 containers: ContainerService, puller: Puller) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.out = out
+        self.images = images
+        self.containers = containers
+        self.puller = puller
+        self.image: Image | None = None
+        self.scratch = False  # the current image is the empty scratch base
+        self.config: dict[str, Any] = imaging.base_config(None)
+        self.author = ""
+        self.cmd_set = False
+        self.escape = "\\"
+        self.buildargs: dict[str, str | None] = dict(spec.buildargs)
+        self.allowed: set[str] = set()
+        self.cache_busted = spec.nocache
+        self.made: list[Image] = []
+        self.temp: list[Container] = []  # intermediate containers, removed after the step
+
+    # -- environment ------------------------------------------------------------------------
+
+    def arg_allowed(self, name: str) -> bool:
+        return name in self.allowed or name in PROXY_ARGS
+
+    def expansion_env(self) -> list[str]:
+        """What ``$VAR`` sees: the configuration's Env first (ENV wins), then build args."""
+        env = list(self.config.get("Env") or [])
+        env += [f"{k}={v}" for k, v in self.buildargs.items()
+                if v is not None and self.arg_allowed(k)]
+        return env
+
+    def run_env(self) -> list[str]:
+        """Build args a RUN sees beside the configuration's Env (sorted, as the cache key)."""
+        defined = {e.partition("=")[0] for e in self.config.get("Env") or []}
+        return sorted(f"{k}={v}" for k, v in self.buildargs.items()
+                      if v is not None and self.arg_allowed(k) and k not in defined)
+
+    def unused_args(self) -> list[str]:
+        return sorted(k for k in self.spec.buildargs if not self.arg_allowed(k))
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def require_image(self, what: str) -> Image:
+        if self.image is None:
+            raise StepFailed(f"Please provide a source image with `from` prior to {what}")
+        return self.image
+
+    async def probe(self, probe: dict[str, Any]) -> bool:
+        """Take a cached image for this step if there is one (and the cache is in use)."""
+        if self.cache_busted:
+            return False
+        parent = self.require_image("commit")
+        hit = imaging.find_cached(self.images, parent, probe)
+        if hit is None:
+            self.cache_busted = True
+            return False
+        await self.out.line(" ---> Using cache")
+        self.image = hit
+        self.scratch = False
+        return True
+
+    async def commit_metadata(self, text: str) -> None:
+        """A step that only changes the configuration: an image without a new layer."""
+        parent = self.require_image(text.split(" ", 1)[0])
+        probe = {**self.config, "Cmd": imaging.nop(text), "Image": parent.id}
+        if await self.probe(probe):
+            return
+        config = {**self.config, "Image": parent.id}
+        doc = imaging.step_config(parent, config, probe, author=self.author,
+                                  created_ns=time.time_ns(), diff_id=None)
+        async with self.images.lock:
+            image = await self.images.commit_image(doc, list(parent.chain), parent.id)
+        self.adopt(image)
+
+    def adopt(self, image: Image) -> None:
+        self.made.append(image)
+        self.image = image
+        self.scratch = False
+
+    async def scratch_base(self) -> Image:
+        """The empty image ``FROM scratch`` builds on (one for every build)."""
+        doc = imaging.scratch_config()
+        known = self.images.images.get(imaging.config_id(doc))
+        if known is not None:
+            return known
+        async with self.images.lock:
+            image = await self.images.commit_image(doc, [], None)
+        self.made.append(image)
+        return image
+
+    async def end_step(self) -> None:
+        """`` ---> <id>`` and, with ``rm``, the intermediate containers go."""
+        if self.image is not None:
+            await self.out.line(f" ---> {self.image.short}")
+        if self.spec.rm:
+            await self.remove_temp(say=True)
+
+    async def remove_temp(self, *, say: bool) -> None:
+        while self.temp:
+            c = self.temp.pop(0)
+            if say:
+                await self.out.line(f"Removing intermediate container {c.short_id}")
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.containers.remove(c, force=True, volumes=True)
+                except SvcError as exc:
+                    log.warning("removing intermediate container %s: %s", c.short_id, exc)
+
+    async def discard(self) -> None:
+        """The build was cancelled: its containers and the images it made go."""
+        with trio.CancelScope(shield=True):
+            await self.remove_temp(say=False)
+            for image in reversed(self.made):
+                async with self.images.lock:
+                    if image.id not in self.images.images or self.images.children(image.id) \
+                            or self.images.refs_of(image.id) \
+                            or self.images.container_use(image.id) is not None:
+                        continue  # another build or a name uses it now
+                    with contextlib.suppress(SvcError):
+                        await self.images.delete_image(image)
