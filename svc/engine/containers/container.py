@@ -67,10 +67,11 @@ class Live:
     stdin: Any = None  # the daemon's end of the stdin pipe (OpenStdin without TTY)
     log: JsonLogWriter | None = None  # this run's json-file writer (logs -f taps behind it)
     start_failure: tuple[int, str] | None = None  # (exit code, error) of a start runc refused
-    # set when ``runc start`` has returned (None: no start pending, e.g. a restored container);
-    # a process that exits at once must not be torn down under runc start, which removes its
-    # exec fifo after the process runs and fails when ``runc delete`` took it first
-    start_returned: trio.Event | None = None
+    # set once the launch has recorded the start or its failure (None: no start pending, e.g.
+    # a restored container). A process that exits at once is not torn down before: runc start
+    # removes its exec fifo after the process runs (and failed when runc delete took it
+    # first), and ``die`` must follow ``start``
+    launched: trio.Event | None = None
 
 
 @dataclass

@@ -1,13 +1,12 @@
-"""Running a container: launch (rootfs, files, OCI bundle, runc create/start), the supervisor
-task that owns the process until it exits, and the restart policy that may launch it again.
+"""Running a container: launch (rootfs, files, OCI bundle, runc create/start) and the relaunch
+a restart policy asks for.
 
-A supervisor runs in the engine's nursery for each started container. It copies the output to
-the log, waits for the init's exit (``wait_pid``), then tears down what launch made (runc state,
-cgroup, overlay mount), records the exit and emits ``die`` (and ``oom``). With a restart policy
-that asks for it, it sleeps the back-off delay (100 ms, doubling) and launches again, so the
-loop belongs to the same task; a stop or kill marks the container manually stopped, which ends
-the loop. Cancellation (daemon shutdown) kills the container first: nothing keeps running
-without a supervisor.
+The ``Supervisor`` (supervise.py) runs in the engine's nursery for each started container: it
+owns the process until it exits, tears down what launch made (runc state, cgroup, overlay
+mount), records the exit and emits ``die`` (and ``oom``), then sleeps the back-off delay and
+launches again when the policy says so. A stop or kill marks the container manually stopped,
+which ends that loop. Cancellation (daemon shutdown) kills the container first: nothing keeps
+running without a supervisor.
 """
 
 from __future__ import annotations
@@ -157,32 +156,29 @@ class Runner:
         except (SvcError, OSError) as exc:
             await self._record_failure(c, 128, str(exc))
             raise
-        live.start_returned = start_returned = trio.Event()
+        live.launched = launched = trio.Event()
         await self._nursery.start(self.supervisor.supervise, c, live, pipes)
         try:
             try:
                 await self.runtime.start(c.id)
-            finally:
-                start_returned.set()
-        except RuntimeFailure as exc:
-            code, err = start_failure(exc)
-            live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``
-            with contextlib.suppress(RuntimeFailure):
-                await self.runtime.kill(c.id, signal.SIGKILL)
-            await live.exited.wait()
-            raise err from None
-        c.has_been_started = True
-        if live.exited.is_set():  # it ran, exited and was recorded before runc start returned
+            except RuntimeFailure as exc:
+                code, err = start_failure(exc)
+                live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``
+                launched.set()
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.kill(c.id, signal.SIGKILL)
+                await live.exited.wait()
+                raise err from None
+            st = c.state
+            transition(st, "started")
+            st.pid, st.started_ns = live.pid, now_ns()
+            st.exit_code, st.error, st.oom_killed = 0, "", False
+            c.has_been_started = True
             await self.save(c)
+            c.notify()
             self.event(c, "start")
-            return
-        st = c.state
-        transition(st, "started")
-        st.pid, st.started_ns = live.pid, now_ns()
-        st.exit_code, st.error, st.oom_killed = 0, "", False
-        await self.save(c)
-        c.notify()
-        self.event(c, "start")
+        finally:
+            launched.set()  # the supervisor may now record an exit (after ``start``)
 
     async def _record_failure(self, c: Container, code: int, message: str) -> None:
         """A start that failed before the process ran: the exit code and error recorded, and

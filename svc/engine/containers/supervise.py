@@ -32,7 +32,7 @@ log = logging.getLogger("svc.engine.containers")
 
 DRAIN_SECONDS = 2.0  # after the init exits, how long output still held by others may flow
 RESTART_DELAY = 0.1
-START_RETURN_WAIT = 30.0  # bound on waiting for a runc start still running at the exit
+LAUNCH_WAIT = 30.0  # bound on waiting, at an exit, for the launch to record the start
 RESTART_DELAY_MAX = 60.0
 
 
@@ -97,9 +97,9 @@ class Supervisor:
                     await live.console.aclose()
                 c.hub.end_run()
                 oom = self._oom_killed(c)
-                if live.start_returned is not None:  # not under a runc start still running
-                    with trio.move_on_after(START_RETURN_WAIT):
-                        await live.start_returned.wait()
+                if live.launched is not None:  # not under a runc start, and after ``start``
+                    with trio.move_on_after(LAUNCH_WAIT):
+                        await live.launched.wait()
                 await self.teardown(c)
                 if live.start_failure is not None:
                     code, c.state.error = live.start_failure

@@ -94,12 +94,12 @@ async def test_a_process_that_exits_at_once_is_not_torn_down_under_runc_start(
     c.host_config.LogConfig.Type = "none"
     c.state.status = State.RUNNING
     pid = os.posix_spawnp("true", ["true"], os.environ)  # noqa: ASYNC221 (returns at once)
-    live = Live(pid=pid, start_returned=trio.Event())
+    live = Live(pid=pid, launched=trio.Event())
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.supervise, c, live, cast(Any, _Pipes()))
         await trio.sleep(0.3)  # the process has exited; runc start has not returned
         assert not torn_down.is_set()
-        live.start_returned.set()
+        live.launched.set()
         with trio.fail_after(5):
             await live.exited.wait()
     assert torn_down.is_set()
