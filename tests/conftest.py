@@ -111,3 +111,24 @@ def run_sdk(name: str, script: str, *args: str, timeout: float = 60) -> str:
 
 
 __all__ = ["docker_cli", "http_client", "run_sdk", "sys"]
+
+
+# -- every test file is collected --------------------------------------------------------------
+# A whole run (no paths given) must collect every tests/**/test_*.py: pytest's default
+# norecursedirs once skipped tests/build and tests/unit/build without a word.
+
+_TESTS = Path(__file__).resolve().parent
+_files_with_items: set[Path] = set()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    _files_with_items.add(Path(item.path).resolve())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if [Path(a).resolve() for a in session.config.args] != [_TESTS]:
+        return
+    files = {p.resolve() for p in _TESTS.rglob("test_*.py") if "data" not in p.parts}
+    if missing := sorted(str(p.relative_to(_TESTS)) for p in files - _files_with_items):
+        raise pytest.UsageError("test files the run did not collect (norecursedirs?): "
+                                + ", ".join(missing))
