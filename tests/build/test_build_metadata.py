@@ -1,0 +1,31 @@
+"""Metadata as a user reads it back: ``--label`` values with backslashes, quotes and dollars
+kept exactly (the docker CLI, both escape characters), a redefined ENV keeping its place."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+
+from tests.build.conftest import BASE
+from tests.build.test_build_clients import LEGACY
+from tests.conftest import docker_cli
+from tests.support.daemon import Daemon
+
+ODD = {"p": "C:\\dir", "q": "ends in \\", "r": 'a \\"quoted\\" $HOME \\$x', "s": "`tick`\\`"}
+
+
+async def test_cli_labels_are_kept_exactly(api: httpx.AsyncClient, bdaemon: Daemon,
+                                           tmp_path: Path) -> None:
+    for n, first_line in enumerate(("", "# escape=`\n")):
+        (tmp_path / "Dockerfile").write_text(f"{first_line}FROM {BASE}\n")
+        args = [a for k, v in ODD.items() for a in ("--label", f"{k}={v}")]
+        proc = await trio.to_thread.run_sync(partial(
+            docker_cli, bdaemon.url, "build", "-t", f"labels:{n}", *args, str(tmp_path),
+            timeout=120, extra_env=LEGACY))
+        assert proc.returncode == 0, proc.stderr
+        r = await api.get(f"/images/labels:{n}/json")
+        assert r.json()["Config"]["Labels"] == ODD, first_line
+
