@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.build.conftest import BASE
+from tests.build.conftest import BASE, build, built_id
 from tests.build.test_build_clients import LEGACY
 from tests.conftest import docker_cli
 from tests.support.daemon import Daemon
@@ -29,3 +29,9 @@ async def test_cli_labels_are_kept_exactly(api: httpx.AsyncClient, bdaemon: Daem
         r = await api.get(f"/images/labels:{n}/json")
         assert r.json()["Config"]["Labels"] == ODD, first_line
 
+
+async def test_redefined_env_keeps_its_place(api: httpx.AsyncClient) -> None:
+    files = {"Dockerfile": f"FROM {BASE}\nENV A=1 B=2 C=3\nENV B=changed\n"}
+    r = await api.get(f"/images/{built_id(await build(api, files))}/json")
+    env = r.json()["Config"]["Env"]
+    assert [e for e in env if e[:2] in ("A=", "B=", "C=")] == ["A=1", "B=changed", "C=3"]

@@ -125,9 +125,17 @@ async def _env(job: Job, inst: Instruction, args: list[str]) -> None:
             raise StepFailed("ENV names must not be empty")
         entry = f"{key}={value}"
         text += " " + entry
-        env = [e for e in env if e.partition("=")[0] != key] + [entry]
+        env = _set_env(env, key, entry)
     job.config["Env"] = env
     await job.commit_metadata(text)
+
+
+def _set_env(env: list[str], key: str, entry: str) -> list[str]:
+    """``entry`` in place of ``key``'s definition (where 1.11 kept it), else at the end."""
+    names = [e.partition("=")[0] for e in env]
+    if key not in names:
+        return [*env, entry]
+    return [entry if name == key else e for name, e in zip(names, env, strict=True)]
 
 
 async def _label(job: Job, inst: Instruction, args: list[str]) -> None:
