@@ -132,6 +132,17 @@ async def test_compressed_contexts_and_named_files(api: httpx.AsyncClient) -> No
         "The Dockerfile (Dockerfile) cannot be empty"
 
 
+async def test_lowercase_dockerfile_is_the_last_fallback(api: httpx.AsyncClient) -> None:
+    lower = {"dockerfile": f"FROM {BASE}\nLABEL which=lowercase\n"}
+    msgs = await build(api, lower)
+    assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "lowercase"
+    both = {**lower, "Dockerfile": f"FROM {BASE}\nLABEL which=dockerfile\n"}
+    msgs = await build(api, both)
+    assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "dockerfile"
+    assert await refused(api, {"dockerfile.txt": "FROM x\n"}) == \
+        "Cannot locate specified Dockerfile: Dockerfile (nor Svcfile)"
+
+
 async def test_errors_name_the_line(api: httpx.AsyncClient) -> None:
     assert await refused(api, {"Dockerfile": f"FROM {BASE}\n\nENV ONLY\n"}) == \
         "Dockerfile parse error line 3: ENV: ENV must have two arguments"

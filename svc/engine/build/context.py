@@ -230,8 +230,9 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
 
 def read_svcfile(ctx: Context, name: str | None) -> tuple[str, str]:
     """(file name, text) of the instructions file: ``name`` if given, else ``Svcfile``, else
-    ``Dockerfile``. The name may not leave the context nor go through a symlink out of it."""
-    candidates = [name] if name else ["Svcfile", "Dockerfile"]
+    ``Dockerfile``, else ``dockerfile`` (1.11's fallback). The name may not leave the context
+    nor go through a symlink out of it."""
+    candidates = [name] if name else ["Svcfile", "Dockerfile", "dockerfile"]
     for cand in candidates:
         rel = clean_name(cand)
         path = ctx.root / rel
