@@ -1,5 +1,6 @@
 """Metadata as a user reads it back: ``--label`` values with backslashes, quotes and dollars
-kept exactly (the docker CLI, both escape characters), a redefined ENV keeping its place."""
+kept exactly (the docker CLI, both escape characters), a redefined ENV keeping its place,
+EXPOSE refusing an inverted range."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.build.conftest import BASE, build, built_id
+from tests.build.conftest import BASE, build, built_id, stream_text
 from tests.build.test_build_clients import LEGACY
 from tests.conftest import docker_cli
 from tests.support.daemon import Daemon
@@ -35,3 +36,10 @@ async def test_redefined_env_keeps_its_place(api: httpx.AsyncClient) -> None:
     r = await api.get(f"/images/{built_id(await build(api, files))}/json")
     env = r.json()["Config"]["Env"]
     assert [e for e in env if e[:2] in ("A=", "B=", "C=")] == ["A=1", "B=changed", "C=3"]
+
+
+async def test_expose_refuses_an_inverted_range(api: httpx.AsyncClient) -> None:
+    msgs = await build(api, {"Dockerfile": f"FROM {BASE}\nEXPOSE 22 80-70/udp\n"})
+    assert msgs[-1]["error"] == ("Invalid range specified for the Port: 80-70 (its end is "
+                                 "below its start)")
+    assert "Successfully built" not in stream_text(msgs)

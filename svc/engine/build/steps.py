@@ -185,6 +185,9 @@ async def _expose(job: Job, inst: Instruction, args: list[str]) -> None:
             numbers = range(int(lo), int(hi or lo) + 1)
         except ValueError:
             raise StepFailed(f"Invalid containerPort: {spec}") from None
+        if not numbers:
+            raise StepFailed(f"Invalid range specified for the Port: {port} (its end is below "
+                             "its start)")
         for p in numbers:
             number, kind = parse_port(f"{p}/{proto or 'tcp'}")
             new.append(f"{number}/{kind}")
