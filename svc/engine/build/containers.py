@@ -265,6 +265,7 @@ async def _put(job: Job, c: Container, path: str,
         nursery.start_soon(producer)
         async with recv:
             try:
-                await job.containers.fs.put(c, path, chunks(), no_overwrite_dir_non_dir=False)
+                await job.containers.fs.put(c, path, chunks(), no_overwrite_dir_non_dir=False,
+                                            volumes=False)  # a VOLUME's files: in the layer
             except SvcError as exc:
                 raise StepFailed(f"{exc}") from None
