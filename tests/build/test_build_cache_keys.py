@@ -1,6 +1,6 @@
 """What the COPY/ADD cache key must tell apart: a renamed source (by a plain name, a glob,
 several sources, a URL) and another ``--chown`` each miss the cache, and the image then has
-the new name and owner."""
+the new name and owner (an ADD'd archive's files too)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ async def test_urls_with_equal_content_keep_their_names(api: httpx.AsyncClient, 
     msgs = await build(api, {"Dockerfile": f"FROM {BASE}\nADD {web}/other.txt /u/\n"})
     assert "Using cache" not in stream_text(msgs)
     assert await _run(api, built_id(msgs), "ls /u") == "other.txt\n"
+
+
+async def test_another_chown_misses_the_cache(api: httpx.AsyncClient) -> None:
+    files: dict[str, bytes | str] = {"Dockerfile": f"FROM {BASE}\nCOPY f /o/\n",
+                                     "f": "owned\n"}
+    built_id(await build(api, files))
+    files["Dockerfile"] = f"FROM {BASE}\nCOPY --chown=1000 f /o/\n"
+    msgs = await build(api, files)
+    assert "Using cache" not in stream_text(msgs)
+    assert await _run(api, built_id(msgs), "stat -c %u:%g /o/f") == "1000:1000\n"

@@ -172,7 +172,9 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
         raise StepFailed(f"When using {cmd} with more than one source file, the destination "
                          "must be a directory and end with a /")
     key = sources.combined_key(await _keys(job, found))
-    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {key} in {dest}"), "Image": image.id}
+    chown = f"--chown={owner[0]}:{owner[1]} " if owner else ""
+    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {chown}{key} in {dest}"),
+             "Image": image.id}
     if await job.probe(probe):
         return
     c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
