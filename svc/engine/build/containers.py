@@ -23,6 +23,7 @@ import trio
 
 from svc.build.parser import Instruction
 from svc.engine.build import imaging, sources
+from svc.engine.build.archives import archive_tar
 from svc.engine.build.job import Job
 from svc.engine.build.output import StepFailed, StreamText
 from svc.engine.containers.container import Container
@@ -188,7 +189,8 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     for archive in archives:
         if not await _is_dir(job, c, dest_abs):
             await _put(job, c, "/", partial(_dir_tar, dest_abs))
-        await _put(job, c, dest_abs, partial(_copy_file, archive.path))
+        await _put(job, c, dest_abs, partial(archive_tar, archive.path, owner=owner,
+                                             disk=c.upper_dir))
     await _commit(job, c, probe)
 
 
@@ -235,12 +237,6 @@ def _dir_tar(path: str, out: BinaryIO) -> None:
         info = tarfile.TarInfo(path.strip("/"))
         info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
         tar.addfile(info)
-
-
-def _copy_file(path: Path, out: BinaryIO) -> None:
-    with open(path, "rb") as f:
-        while data := f.read(1 << 20):
-            out.write(data)
 
 
 async def _put(job: Job, c: Container, path: str,
