@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from tests.build.conftest import BASE, build, built_id, context_tar, refused, stream_text
+from tests.build.test_build_context import _run
 
 
 async def _config(api: httpx.AsyncClient, image: str) -> dict[str, Any]:
@@ -97,7 +98,7 @@ async def test_metadata_instructions(api: httpx.AsyncClient) -> None:
     svcfile = (f"FROM {BASE}\nMAINTAINER someone <a@b.c>\nENV P=/p Q=\"a b\"\nWORKDIR $P\n"
                "WORKDIR sub\nUSER 1000:1000\nEXPOSE 80 53/udp 8000-8001\nVOLUME /data $P/v\n"
                "LABEL a=1 \"b c\"=\"d e\"\nSTOPSIGNAL SIGUSR1\nENTRYPOINT [\"/bin/echo\"]\n"
-               "CMD [\"x\"]\nONBUILD RUN echo triggered\n")
+               "CMD [\"x\"]\nONBUILD RUN echo triggered | tee /tmp/from-trigger\n")
     msgs = await build(api, {"Svcfile": svcfile}, labels='{"from.param": "yes"}', t="meta:1")
     cfg = await _config(api, built_id(msgs))
     assert cfg["WorkingDir"] == "/p/sub" and cfg["User"] == "1000:1000"
@@ -105,7 +106,7 @@ async def test_metadata_instructions(api: httpx.AsyncClient) -> None:
     assert set(cfg["Volumes"]) == {"/data", "/p/v"}
     assert cfg["Labels"] == {"a": "1", "b c": "d e", "from.param": "yes"}
     assert cfg["StopSignal"] == "SIGUSR1" and cfg["Entrypoint"] == ["/bin/echo"]
-    assert cfg["Cmd"] == ["x"] and cfg["OnBuild"] == ["RUN echo triggered"]
+    assert cfg["Cmd"] == ["x"] and cfg["OnBuild"] == ["RUN echo triggered | tee /tmp/from-trigger"]
     assert "Q=a b" in cfg["Env"]
     inspect = (await api.get("/images/meta:1/json")).json()
     assert inspect["Author"] == "someone <a@b.c>"
@@ -113,6 +114,7 @@ async def test_metadata_instructions(api: httpx.AsyncClient) -> None:
     text = stream_text(child)
     assert "# Executing 1 build trigger..." in text and "triggered" in text
     assert (await _config(api, built_id(child)))["OnBuild"] in (None, [])
+    assert await _run(api, built_id(child), "cat /tmp/from-trigger") == "triggered\n"
 
 
 async def test_compressed_contexts_and_named_files(api: httpx.AsyncClient) -> None:
@@ -130,6 +132,17 @@ async def test_compressed_contexts_and_named_files(api: httpx.AsyncClient) -> No
         "Cannot locate specified Dockerfile: Nope"
     assert await refused(api, {"Dockerfile": " \n"}) == \
         "The Dockerfile (Dockerfile) cannot be empty"
+
+
+async def test_lowercase_dockerfile_is_the_last_fallback(api: httpx.AsyncClient) -> None:
+    lower = {"dockerfile": f"FROM {BASE}\nLABEL which=lowercase\n"}
+    msgs = await build(api, lower)
+    assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "lowercase"
+    both = {**lower, "Dockerfile": f"FROM {BASE}\nLABEL which=dockerfile\n"}
+    msgs = await build(api, both)
+    assert (await _config(api, built_id(msgs)))["Labels"]["which"] == "dockerfile"
+    assert await refused(api, {"dockerfile.txt": "FROM x\n"}) == \
+        "Cannot locate specified Dockerfile: Dockerfile (nor Svcfile)"
 
 
 async def test_errors_name_the_line(api: httpx.AsyncClient) -> None:

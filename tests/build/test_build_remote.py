@@ -13,6 +13,7 @@ import httpx
 import trio
 
 from tests.build.conftest import BASE, build, built_id, context_tar, refused
+from tests.build.test_build_context import _run
 from tests.conftest import run_sdk
 from tests.support.daemon import Daemon
 
@@ -40,6 +41,26 @@ def _repo(served: Path) -> None:
     _git("update-server-info", cwd=served / "repo.git")
 
 
+def _repo_with_submodule(served: Path, web: str) -> None:
+    """``outer.git`` whose ``mod`` is a submodule, ``sub.git``, both over dumb HTTP."""
+    sub, outer = served / "subwork", served / "outerwork"
+    sub.mkdir()
+    (sub / "inner").write_text("from the submodule\n")
+    _git("init", "-q", "-b", "main", cwd=sub)
+    _git("add", ".", cwd=sub)
+    _git("commit", "-q", "-m", "sub", cwd=sub)
+    _git("clone", "-q", "--bare", str(sub), str(served / "sub.git"), cwd=served)
+    _git("update-server-info", cwd=served / "sub.git")
+    outer.mkdir()
+    (outer / "Dockerfile").write_text(f"FROM {BASE}\nCOPY mod/ /mod/\n")
+    _git("init", "-q", "-b", "main", cwd=outer)
+    _git("submodule", "--quiet", "add", f"{web}/sub.git", "mod", cwd=outer)
+    _git("add", ".", cwd=outer)
+    _git("commit", "-q", "-m", "outer", cwd=outer)
+    _git("clone", "-q", "--bare", str(outer), str(served / "outer.git"), cwd=served)
+    _git("update-server-info", cwd=served / "outer.git")
+
+
 async def _label(api: httpx.AsyncClient, msgs: list[dict[str, object]]) -> str:
     r = await api.get(f"/images/{built_id(msgs)}/json")
     return str(r.json()["Config"]["Labels"]["from"])
@@ -60,6 +81,15 @@ async def test_remote_contexts(api: httpx.AsyncClient, web: str, tmp_path: Path)
     assert "HTTP 404" in await refused(api, b"", remote=f"{web}/nothing")
     assert "unsupported" in await refused(api, b"", remote="file:///etc")
     assert "unsupported URL" in await refused(api, b"", remote="/etc/x.git")
+
+
+async def test_git_submodules_are_cloned(api: httpx.AsyncClient, web: str,
+                                         tmp_path: Path) -> None:
+    await trio.to_thread.run_sync(_repo_with_submodule, tmp_path, web)
+    for fragment in ("", "#main"):
+        image = built_id(await build(api, b"", remote=f"{web}/outer.git{fragment}"))
+        assert await _run(api, image, "ls -A /mod; cat /mod/inner") == \
+            "inner\nfrom the submodule\n"
 
 
 SDK7 = """

@@ -143,7 +143,7 @@ class Builder:
             job.escape = received.svcfile.escape
             instructions = list(received.svcfile.instructions)
             if spec.labels:
-                instructions.append(_labels(spec.labels))
+                instructions.append(_labels(spec.labels, job.escape))
             image_id = await self._steps(job, instructions)
             await self._tag(job, image_id)
             await out.result(image_id, [r.familiar_string() for r in spec.tags])
@@ -180,18 +180,24 @@ class Builder:
                 await self.images.add_ref(image, ref, force=True)
 
 
-def _labels(labels: dict[str, str]) -> Instruction:
+def _labels(labels: dict[str, str], escape: str) -> Instruction:
     """The ``labels`` parameter as a last LABEL step (as engines appended it)."""
     args: list[str] = []
     for k in sorted(labels):
-        args += [_quote(k), _quote(labels[k])]
+        args += [_quote(k, escape), _quote(labels[k], escape)]
     original = "LABEL " + " ".join(f"{args[i]}={args[i + 1]}" for i in range(0, len(args), 2))
     return Instruction("label", tuple(args), original=original)
 
 
-def _quote(s: str) -> str:
-    """Double-quoted for the variable expansion that LABEL arguments go through."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+def _quote(s: str, escape: str = "\\") -> str:
+    """``s`` as a word that the variable expansion of LABEL arguments gives back unchanged.
+    Inside double quotes only the escape character before ``"`` or ``$`` escapes (before
+    anything else it stays, so it is not doubled: 1.11's ``%q`` doubled backslashes into the
+    label); a trailing one would escape the closing quote, so those go after it, escaped."""
+    body = s.rstrip(escape)
+    tail = len(s) - len(body)
+    return ('"' + body.replace('"', escape + '"').replace("$", escape + "$") + '"'
+            + escape * 2 * tail)
 
 
 def _cancelled(exc: BaseException) -> bool:

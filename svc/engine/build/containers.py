@@ -23,6 +23,7 @@ import trio
 
 from svc.build.parser import Instruction
 from svc.engine.build import imaging, sources
+from svc.engine.build.archives import archive_tar
 from svc.engine.build.job import Job
 from svc.engine.build.output import StepFailed, StreamText
 from svc.engine.containers.container import Container
@@ -172,7 +173,9 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
         raise StepFailed(f"When using {cmd} with more than one source file, the destination "
                          "must be a directory and end with a /")
     key = sources.combined_key(await _keys(job, found))
-    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {key} in {dest}"), "Image": image.id}
+    chown = f"--chown={owner[0]}:{owner[1]} " if owner else ""
+    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {chown}{key} in {dest}"),
+             "Image": image.id}
     if await job.probe(probe):
         return
     c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
@@ -186,7 +189,8 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     for archive in archives:
         if not await _is_dir(job, c, dest_abs):
             await _put(job, c, "/", partial(_dir_tar, dest_abs))
-        await _put(job, c, dest_abs, partial(_copy_file, archive.path))
+        await _put(job, c, dest_abs, partial(archive_tar, archive.path, owner=owner,
+                                             disk=c.upper_dir))
     await _commit(job, c, probe)
 
 
@@ -235,12 +239,6 @@ def _dir_tar(path: str, out: BinaryIO) -> None:
         tar.addfile(info)
 
 
-def _copy_file(path: Path, out: BinaryIO) -> None:
-    with open(path, "rb") as f:
-        while data := f.read(1 << 20):
-            out.write(data)
-
-
 async def _put(job: Job, c: Container, path: str,
                produce: Callable[[BinaryIO], None]) -> None:
     """Extract what ``produce`` writes (in a worker thread) at ``path`` in ``c``."""
@@ -265,6 +263,7 @@ async def _put(job: Job, c: Container, path: str,
         nursery.start_soon(producer)
         async with recv:
             try:
-                await job.containers.fs.put(c, path, chunks(), no_overwrite_dir_non_dir=False)
+                await job.containers.fs.put(c, path, chunks(), no_overwrite_dir_non_dir=False,
+                                            volumes=False)  # a VOLUME's files: in the layer
             except SvcError as exc:
                 raise StepFailed(f"{exc}") from None

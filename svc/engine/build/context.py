@@ -5,9 +5,11 @@ written (COPY and ADD cache keys then cost no second read).
 Refused, with the entry named, before anything of it is used: names that leave the context
 (absolute, ``..`` above the root), entries below a symlink of the archive (writing through
 it could land anywhere), hard links to something that is not a file of the archive, more
-than ``MAX_ENTRIES`` entries or ``MAX_BYTES`` bytes, and decompression bombs (more than
-``BOMB_RATIO`` times the bytes received once ``BOMB_FLOOR`` bytes are out). Devices, fifos
-and sockets are skipped. Then the ignore file (``.svcignore``, else ``.dockerignore``)
+than ``MAX_ENTRIES`` entries, and decompression bombs: a file is refused, before any of it is
+written, when it would take the context past ``MAX_BYTES`` or leave less than ``RESERVE``
+free on the daemon's disk (absolute limits, as a ratio to the bytes received refuses
+ordinary contexts: zeros and sparse files compress a thousandfold). Devices, fifos and
+sockets are skipped. Then the ignore file (``.svcignore``, else ``.dockerignore``)
 removes what it names; the instructions file is read first, so naming it there only keeps it
 out of COPY, as engines do.
 
@@ -31,8 +33,6 @@ from svc.storage.compression import open_decompressed
 
 MAX_ENTRIES = 1_000_000
 MAX_BYTES = 16 << 30
-BOMB_RATIO = 200
-BOMB_FLOOR = 64 << 20
 RESERVE = 512 << 20  # free space left on the daemon's disk after a context file is written
 MAX_SVCFILE = 4 << 20
 READ = 1 << 20
@@ -64,7 +64,7 @@ class Context:
 
 
 class _Counting:
-    """Counts the body bytes read, for the bomb ratio."""
+    """Counts the bytes read."""
 
     def __init__(self, inner: IO[bytes] | Any) -> None:
         self.inner = inner
@@ -164,12 +164,7 @@ class _Unpacker:
         self.ctx.hashes[rel] = self.ctx.hashes.get(src, "")
 
     def _file(self, tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, target: Path) -> None:
-        if self.ctx.size + m.size > MAX_BYTES:
-            raise ContextError(f"build context refused: larger than {MAX_BYTES >> 30} GiB")
-        free = shutil.disk_usage(self.ctx.root).free
-        if m.size > free - RESERVE:
-            raise ContextError(f"build context refused: {m.name!r} ({m.size} bytes) does not "
-                               "fit on the daemon's disk")
+        check_room(self.ctx.size, m.size, m.name, self.ctx.root, "build context")
         src = tar.extractfile(m)
         assert src is not None
         digest = hashlib.sha256()
@@ -179,15 +174,20 @@ class _Unpacker:
                 digest.update(data)
                 out.write(data)
                 self.ctx.size += len(data)
-                self._check_bomb()
         os.chmod(target, m.mode & 0o7777)
         self.ctx.hashes[rel] = digest.hexdigest()
 
-    def _check_bomb(self) -> None:
-        received = max(self.counting.count, 1)
-        if self.ctx.size > BOMB_FLOOR and self.ctx.size > BOMB_RATIO * received:
-            raise ContextError(f"build context refused: it expands to more than {BOMB_RATIO} "
-                               "times its size (a decompression bomb)")
+
+def check_room(done: int, size: int, name: str, disk: Path, what: str) -> None:
+    """Refuse a file of ``size`` bytes (``done`` written before it) that would take ``what``
+    past ``MAX_BYTES`` or leave less than ``RESERVE`` free on the disk holding ``disk``: the
+    absolute limits that stop a decompression bomb before it is written."""
+    if done + size > MAX_BYTES:
+        raise ContextError(f"{what} refused: {name!r} takes it past {MAX_BYTES >> 30} GiB "
+                           "(a decompression bomb?)")
+    if size > shutil.disk_usage(disk).free - RESERVE:
+        raise ContextError(f"{what} refused: {name!r} ({size} bytes) does not fit on the "
+                           "daemon's disk")
 
 
 def unpack(body: IO[bytes] | Any, root: Path) -> Context:
@@ -230,8 +230,9 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
 
 def read_svcfile(ctx: Context, name: str | None) -> tuple[str, str]:
     """(file name, text) of the instructions file: ``name`` if given, else ``Svcfile``, else
-    ``Dockerfile``. The name may not leave the context nor go through a symlink out of it."""
-    candidates = [name] if name else ["Svcfile", "Dockerfile"]
+    ``Dockerfile``, else ``dockerfile`` (1.11's fallback). The name may not leave the context
+    nor go through a symlink out of it."""
+    candidates = [name] if name else ["Svcfile", "Dockerfile", "dockerfile"]
     for cand in candidates:
         rel = clean_name(cand)
         path = ctx.root / rel

@@ -2,7 +2,8 @@
 and downloads on its own side).
 
 - a git URL (``git://``, ``git@``, ``github.com/...``, or an http(s) URL ending in
-  ``.git``), with ``#ref:subdir``: a shallow clone on the host, bounded in time
+  ``.git``), with ``#ref:subdir``: a shallow clone on the host (with its submodules, git
+  reading nothing from a terminal nor stdin), bounded in time
   (``GIT_SECONDS``) and size (``MAX_BYTES``), over network protocols only (never
   ``file://`` or a local path: the daemon's own files are no build material);
 - an http(s) URL of a tar archive (any compression): the context;
@@ -17,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import subprocess
 from functools import partial
 from pathlib import Path
 
@@ -98,18 +100,23 @@ async def _git(url: str, work: Path) -> Context:
         raise ContextError(f"remote: unsupported git URL {base!r}")
     clone = work / "git"
     shallow = ["--depth", "1", "--no-tags", *(["--branch", ref] if ref else [])]
-    why = await _bounded_git(["clone", "--quiet", *shallow, "--", base, str(clone)], clone)
+    why = await _bounded_git(["clone", "--quiet", "--recursive", *shallow, "--", base,
+                              str(clone)], clone)
     if why is not None:
         # a dumb HTTP server cannot serve a shallow clone, a commit is no --branch: clone
         # it all, then check the ref out (what engines of this generation always did)
         await trio.to_thread.run_sync(partial(shutil.rmtree, clone, ignore_errors=True))
-        why = await _bounded_git(["clone", "--quiet", "--", base, str(clone)], clone)
+        why = await _bounded_git(["clone", "--quiet", "--recursive", "--", base, str(clone)],
+                                 clone)
         if why is None and ref:
             why = await _bounded_git(["-C", str(clone), "checkout", "--quiet", ref, "--"],
                                      clone)
+        if why is None and ref:  # the ref's own submodule commits
+            why = await _bounded_git(["-C", str(clone), "submodule", "--quiet", "update",
+                                      "--init", "--recursive"], clone)
     if why is not None:
         raise ContextError(f"remote: cannot clone {base}{'#' + ref if ref else ''}: {why}")
-    await trio.to_thread.run_sync(partial(shutil.rmtree, clone / ".git", ignore_errors=True))
+    await trio.to_thread.run_sync(_drop_git, clone)
     return await trio.to_thread.run_sync(_subdir_context, clone, subdir, base, work)
 
 
@@ -134,7 +141,7 @@ async def _bounded_git(args: list[str], clone: Path) -> str | None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch, nursery.cancel_scope)
                 result = await trio.run_process(["git", *args], env=env, capture_stderr=True,
-                                                check=False)
+                                                stdin=subprocess.DEVNULL, check=False)
                 nursery.cancel_scope.cancel()
     except trio.TooSlowError:
         raise ContextError(f"remote: git took more than {GIT_SECONDS} s") from None
@@ -145,6 +152,16 @@ async def _bounded_git(args: list[str], clone: Path) -> str | None:
         return None
     lines = result.stderr.decode(errors="replace").strip().splitlines()
     return lines[-1] if lines else f"git exited with {result.returncode}"
+
+
+def _drop_git(clone: Path) -> None:
+    """The repository's ``.git`` and its submodules' (``.git`` files) are no build material."""
+    for dirpath, dirnames, filenames in os.walk(clone):
+        if ".git" in dirnames:
+            dirnames.remove(".git")
+            shutil.rmtree(Path(dirpath) / ".git", ignore_errors=True)
+        if ".git" in filenames:
+            os.unlink(Path(dirpath) / ".git")
 
 
 def _subdir_context(clone: Path, subdir: str, base: str, work: Path) -> Context:

@@ -6,10 +6,11 @@ A source is relative to the context root (a leading ``/`` too); wildcards follow
 ``..`` or through a symlink whose target lies outside it, is refused by name. Symlinks
 inside a copied directory are copied as symlinks, never followed.
 
-The cache key is the content, never the mtime: ``file:<sha256>`` for one file, ``dir:`` for
-one directory (every entry's path, type, mode, size, link target and content), ``multi:``
-for several. Contents were hashed while the context was unpacked (``context``); the few
-independent sources a step names are keyed in parallel worker threads by the caller.
+The cache key is the content, never the mtime: ``file:<sha256>`` for one file (its name,
+mode, size and content), ``dir:`` for one directory (every entry's path, type, mode, size,
+link target and content), ``multi:`` for several. Contents were hashed while the context
+was unpacked (``context``); the few independent sources a step names are keyed in parallel
+worker threads by the caller.
 
 Blocking: call these from worker threads.
 """
@@ -111,13 +112,21 @@ def source_key(ctx: Context, src: Source) -> str:
     real_rel = os.path.relpath(src.path, os.path.realpath(ctx.root))
     real_rel = "" if real_rel == "." else real_rel
     if not src.is_dir:
-        line = _entry_key(ctx, real_rel, src.path, "")
+        line = _entry_key(ctx, real_rel, src.path, _landing_name(src))
         return "file:" + hashlib.sha256(line.encode()).hexdigest()
     digest = hashlib.sha256()
     for rel, path in _walk(src.path):
         ctx_rel = f"{real_rel}/{rel}" if real_rel else rel
         digest.update(_entry_key(ctx, ctx_rel, path, rel).encode() + b"\n")
     return "dir:" + digest.hexdigest()
+
+
+def _landing_name(src: Source) -> str:
+    """The name a file keeps when it lands in a directory (the name part of its argument, or
+    of its URL). It is in the key whatever the destination, as tarsum put it in 1.11's: a
+    destination naming the file makes the name irrelevant, but whether the destination is
+    an existing directory is only known in the image, after the cache was asked."""
+    return os.path.basename(src.rel) or src.path.name
 
 
 def combined_key(keys: list[str]) -> str:
@@ -166,7 +175,7 @@ def plan(sources: list[Source], dest: str, dest_is_dir: bool) -> list[tuple[Path
         if src.is_dir:
             out += [(p, f"{base}/{rel}" if base else rel) for rel, p in _walk(src.path)]
         else:
-            name = os.path.basename(src.rel) or src.path.name
+            name = _landing_name(src)
             if into_dir:
                 out.append((src.path, f"{base}/{name}" if base else name))
             else:

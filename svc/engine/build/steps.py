@@ -125,9 +125,17 @@ async def _env(job: Job, inst: Instruction, args: list[str]) -> None:
             raise StepFailed("ENV names must not be empty")
         entry = f"{key}={value}"
         text += " " + entry
-        env = [e for e in env if e.partition("=")[0] != key] + [entry]
+        env = _set_env(env, key, entry)
     job.config["Env"] = env
     await job.commit_metadata(text)
+
+
+def _set_env(env: list[str], key: str, entry: str) -> list[str]:
+    """``entry`` in place of ``key``'s definition (where 1.11 kept it), else at the end."""
+    names = [e.partition("=")[0] for e in env]
+    if key not in names:
+        return [*env, entry]
+    return [entry if name == key else e for name, e in zip(names, env, strict=True)]
 
 
 async def _label(job: Job, inst: Instruction, args: list[str]) -> None:
@@ -177,6 +185,9 @@ async def _expose(job: Job, inst: Instruction, args: list[str]) -> None:
             numbers = range(int(lo), int(hi or lo) + 1)
         except ValueError:
             raise StepFailed(f"Invalid containerPort: {spec}") from None
+        if not numbers:
+            raise StepFailed(f"Invalid range specified for the Port: {port} (its end is below "
+                             "its start)")
         for p in numbers:
             number, kind = parse_port(f"{p}/{proto or 'tcp'}")
             new.append(f"{number}/{kind}")

@@ -137,15 +137,18 @@ class ContainerFS:
         self.runner.event(c, "export")
 
     async def put(self, c: Container, path: str, body: AsyncIterator[bytes], *,
-                  no_overwrite_dir_non_dir: bool) -> None:
+                  no_overwrite_dir_non_dir: bool, volumes: bool = True) -> None:
+        """Extract the tar ``body`` at ``path``: through the container's volumes and bind
+        mounts as ``docker cp`` does, or with ``volumes=False`` into its root filesystem
+        alone (the builder's COPY, whose files must land in the committed layer)."""
         _check_path(path)
         if c.host_config.ReadonlyRootfs and not _in_rw_bind(c, path):
             raise Forbidden("container rootfs is marked read-only")
         if _in_ro_bind(c, path):
             raise Forbidden(f"the volume mounted at {path} is read-only")
         args = ["--no-overwrite-dir-non-dir"] if no_overwrite_dir_non_dir else []
-        async with self.root(c) as root, _helper("put", *root, path, *args,
-                                                 stdin=True) as proc:
+        async with self.root(c, volumes=volumes) as root, _helper("put", *root, path, *args,
+                                                                  stdin=True) as proc:
             assert proc.stdin is not None
             try:
                 async for chunk in body:

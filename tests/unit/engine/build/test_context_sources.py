@@ -119,3 +119,29 @@ def test_directories_keep_their_modes(tmp_path: Path) -> None:
     unpack(buf, tmp_path / "c")
     assert (tmp_path / "c" / "ro").stat().st_mode & 0o7777 == 0o555
     assert (tmp_path / "c" / "ro" / "f").read_bytes() == b"x"
+
+
+def _sparse(size: int) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("holes")
+        info.size = 1
+        info.pax_headers = {"GNU.sparse.size": str(size), "GNU.sparse.map": f"{size - 1},1",
+                            "GNU.sparse.name": "holes"}
+        tar.addfile(info, io.BytesIO(b"x"))
+    buf.seek(0)
+    return buf
+
+
+def test_bombs_are_refused_by_absolute_limits(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_BYTES, or past the free disk, before a byte of the file is written."""
+    with pytest.raises(ContextError, match="past 16 GiB"):
+        unpack(_sparse(1 << 40), tmp_path / "a")
+    assert not (tmp_path / "a" / "holes").exists()
+    monkeypatch.setattr(ctxmod, "MAX_BYTES", 1 << 60)
+    with pytest.raises(ContextError, match="does not fit on the daemon's disk"):
+        unpack(_sparse(1 << 50), tmp_path / "b")
+    assert not (tmp_path / "b" / "holes").exists()
+    monkeypatch.setattr(ctxmod, "MAX_BYTES", 8 << 20)
+    assert unpack(_sparse(8 << 20), tmp_path / "c").size == 8 << 20
