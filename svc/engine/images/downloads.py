@@ -74,14 +74,28 @@ class Download:
     users: int = 0
     started: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
-    changed: trio.Event = field(default_factory=trio.Event)  # progress since last reset
+    version: int = 0  # counts changes (progress, retry countdown, end)
+    _pulse: trio.Event = field(default_factory=trio.Event)
     path: Path | None = None
     error: BaseException | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     def progress(self, current: int, total: int | None) -> None:
         self.current, self.total = current, total
-        self.changed.set()
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake every user waiting in :meth:`wait_changed`. The producer replaces the
+        event it sets, so a user never waits on one nobody will set."""
+        self.version += 1
+        pulse, self._pulse = self._pulse, trio.Event()
+        pulse.set()
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until something changed after version ``seen``; the version now."""
+        if self.version == seen:
+            await self._pulse.wait()
+        return self.version
 
     async def wait(self) -> Path:
         """The verified file, once the transfer ended; its error otherwise."""
@@ -168,7 +182,7 @@ class DownloadManager:
             download.error = exc
         finally:
             download.done.set()
-            download.changed.set()
+            download.notify()
             if download.path is None and self._active.get(download.digest) is download:
                 del self._active[download.digest]
             if download.users == 0 and download.path is not None:
@@ -196,7 +210,7 @@ class DownloadManager:
                          exc, delay)
             for left in range(delay, 0, -1):
                 download.retry_in = left
-                download.changed.set()
+                download.notify()
                 await trio.sleep(1)
             download.retry_in = None
         raise AssertionError("unreachable")  # pragma: no cover
