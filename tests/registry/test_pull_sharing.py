@@ -101,7 +101,9 @@ async def test_a_client_leaving_cancels_only_its_own(client: httpx.AsyncClient, 
     msgs = messages(staying[0].text)
     assert_pulled(layer_statuses(msgs, short(blob)))
     assert msgs[-1]["status"] == f"Status: Downloaded newer image for {repo}:latest"
-    assert proxy.blob_gets(blob) == 1, proxy.requests  # not restarted by the one leaving
+    # the transfer went on with the staying client's connection, from where it was
+    assert proxy.blob_gets(blob) <= 2, proxy.requests
+    assert proxy.downstream_bytes < len(image.layers[0]) + 300_000
     assert not any(p.name.startswith("tmp-") for p in store.iterdir())
     assert not (downloads / f"sha256-{blob.partition(':')[2]}.partial").exists()
 

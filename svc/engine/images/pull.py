@@ -206,7 +206,7 @@ class Puller:
         """Pull one image and name it; True when a name now points to it that did not."""
         path = job.repository.path
         doc = target.image.doc
-        source = Source(job.repository.domain, path, job.credentials)
+        source = Source(client, path)
         layers = LayerPuller(self.images, self.downloads, source, send)
         try:
             if isinstance(doc, Schema1Manifest):
