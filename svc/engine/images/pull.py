@@ -26,7 +26,9 @@ its names or absent.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 from dataclasses import dataclass, replace
 
 import trio
@@ -35,7 +37,7 @@ from svc.engine.images.distribution import DistributionMap
 from svc.engine.images.downloads import DownloadManager, Source
 from svc.engine.images.pulllayers import LayerPlan, LayerPuller
 from svc.engine.images.service import Image, ImageService
-from svc.errors import InvalidParameter, NotFound
+from svc.errors import InvalidParameter, NotFound, unwrap
 from svc.errors import Unauthorized as AuthRefused
 from svc.registry import blobs, digests, manifests, schema1
 from svc.registry.client import RegistryClient
@@ -50,11 +52,13 @@ from svc.registry.errors import (
 from svc.registry.errors import NotFound as RegistryNotFound
 from svc.registry.manifests import ImageManifest, Manifest, ManifestIndex
 from svc.registry.schema1 import Schema1Manifest
-from svc.registry.transport import RegistryConfig
+from svc.registry.transport import Endpoint, RegistryConfig, endpoints
 from svc.wire import reference
 from svc.wire.authconfig import AuthConfig
 
 Message = dict[str, object]
+
+log = logging.getLogger("svc.images.pull")
 
 
 def pull_reference(from_image: str, tag: str | None) -> reference.Reference:
@@ -103,6 +107,8 @@ class PullJob:
     client: RegistryClient
     first: Manifest | None = None
     failed: RegistryError | None = None
+    requested: reference.Reference | None = None  # as asked (for another endpoint)
+    fallbacks: tuple[Endpoint, ...] = ()  # Hub endpoints left after a mirror
 
     @property
     def given(self) -> str:
@@ -122,8 +128,10 @@ class Puller:
         self.downloads = downloads
         self.config = config
 
-    def client(self, domain: str, credentials: AuthConfig) -> RegistryClient:
-        return RegistryClient(domain, config=self.config, credentials=credentials)
+    def client(self, domain: str, credentials: AuthConfig,
+               endpoint: Endpoint | None = None) -> RegistryClient:
+        return RegistryClient(domain, config=self.config, credentials=credentials,
+                              endpoint=endpoint)
 
     async def prepare(self, from_image: str, tag: str | None,
                       credentials: AuthConfig) -> PullJob:
@@ -138,17 +146,37 @@ class Puller:
             Unreachable: the registry is not there.
         """
         ref = pull_reference(from_image, tag)
+        choices = await endpoints(ref.domain, self.config)
+        if not any(e.mirror for e in choices):
+            return await self._prepare_on(ref, credentials, None)
+        return await self._prepare_among(ref, credentials, tuple(choices))
+
+    async def _prepare_among(self, ref: reference.Reference, credentials: AuthConfig,
+                             choices: tuple[Endpoint, ...]) -> PullJob:
+        """Prepare on the first of Hub's mirrors (then Hub) that has the image, as dockerd
+        falls back from one endpoint to the next; the last one's failure."""
+        for i, endpoint in enumerate(choices):
+            rest = choices[i + 1:]
+            try:
+                job = await self._prepare_on(ref, credentials, endpoint)
+            except (NotFound, AuthRefused, Unreachable) as exc:
+                if not rest:
+                    raise
+                log.info("pull of %s from %s: %s; trying the next", ref, endpoint.url, exc)
+                continue
+            if job.failed is not None and rest:
+                await job.client.aclose()
+                continue
+            return replace(job, fallbacks=rest)
+        raise AssertionError("no endpoint")  # pragma: no cover: endpoints() names Hub
+
+    async def _prepare_on(self, ref: reference.Reference, credentials: AuthConfig,
+                          endpoint: Endpoint | None) -> PullJob:
         repo = ref.name_only()
         all_tags = ref.is_name_only
-        client = self.client(ref.domain, credentials)
+        client = self.client(ref.domain, credentials, endpoint)
         try:
-            if all_tags:
-                return await self._prepare_tags(client, repo, credentials)
-            try:
-                first = await manifests.get(client, ref.path, ref.digest or ref.tag or "")
-            except (InvalidManifest, DigestMismatch) as exc:
-                return PullJob(repo, [ref], credentials, False, client, failed=exc)
-            return PullJob(repo, [ref], credentials, False, client, first=first)
+            return replace(await self._fetch_first(client, ref, credentials), requested=ref)
         except (Unauthorized, Denied) as exc:
             await client.aclose()
             raise AuthRefused(str(exc)) from None
@@ -161,23 +189,46 @@ class Puller:
             await client.aclose()
             raise
         except RegistryError as exc:  # 5xx, 429...: dockerd reports them, never a 500
-            return PullJob(repo, [ref], credentials, all_tags, client, failed=exc)
+            return PullJob(repo, [ref], credentials, all_tags, client, failed=exc,
+                           requested=ref)
         except BaseException:
             await client.aclose()
             raise
 
     @staticmethod
-    async def _prepare_tags(client: RegistryClient, repo: reference.Reference,
-                            credentials: AuthConfig) -> PullJob:
-        tags = sorted(await manifests.list_tags(client, repo.path))
-        if not tags:
-            raise NotFound(f"repository {repo.familiar_name} has no tags")
-        return PullJob(repo, [repo.with_tag(t) for t in tags], credentials, True, client)
+    async def _fetch_first(client: RegistryClient, ref: reference.Reference,
+                           credentials: AuthConfig) -> PullJob:
+        """The tag list (every tag) or the manifest: what comes before the stream."""
+        repo = ref.name_only()
+        if ref.is_name_only:
+            tags = sorted(await manifests.list_tags(client, repo.path))
+            if not tags:
+                raise NotFound(f"repository {repo.familiar_name} has no tags")
+            return PullJob(repo, [repo.with_tag(t) for t in tags], credentials, True, client)
+        try:
+            first = await manifests.get(client, ref.path, ref.digest or ref.tag or "")
+        except (InvalidManifest, DigestMismatch) as exc:
+            return PullJob(repo, [ref], credentials, False, client, failed=exc)
+        return PullJob(repo, [ref], credentials, False, client, first=first)
 
     async def run(self, job: PullJob, send: trio.MemorySendChannel[Message]) -> None:
         """Pull every reference of ``job`` in turn, reporting into ``send``; the first
-        failure ends the pull and propagates. One ``pull`` event, for the name as given,
-        when all went well."""
+        failure ends the pull and propagates (after a mirror's failure, the pull starts
+        again on the next endpoint, as dockerd's). One ``pull`` event, for the name as
+        given, when all went well."""
+        while True:
+            try:
+                await self._run_on(job, send)
+                return
+            except Exception as exc:
+                cause = unwrap(exc)
+                if not job.fallbacks or job.requested is None or _no_space(cause):
+                    raise
+                log.info("pull of %s from a mirror failed: %s; trying the next endpoint",
+                         job.requested, cause)
+            job = await self._prepare_among(job.requested, job.credentials, job.fallbacks)
+
+    async def _run_on(self, job: PullJob, send: trio.MemorySendChannel[Message]) -> None:
         async with job.client as client:
             updated = False
             for i, ref in enumerate(job.refs):
@@ -280,6 +331,11 @@ def _plans(doc: ImageManifest, config: bytes) -> list[LayerPlan]:
         digests.check(d)
     return [LayerPlan(layer.digest, layer.size, d)
             for layer, d in zip(doc.layers, diff_ids, strict=True)]
+
+
+def _no_space(exc: BaseException) -> bool:
+    """The disk is full: no other endpoint helps (dockerd does not fall back either)."""
+    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
 
 
 def _final(updated: bool, shown: str) -> str:
