@@ -53,6 +53,7 @@ MAX_AGE = 24 * 3600.0  # seconds a partial file is kept
 BUDGET = 8 << 30  # bytes of partial files kept at most
 SWEEP_INTERVAL = 3600.0
 SUFFIX = ".partial"
+OWNERS = ".owners"  # beside a partial file: the references it was pulled for
 RETRY_DELAYS = (1, 2, 4, 8)  # seconds before each new attempt: five attempts in all
 
 
@@ -63,6 +64,7 @@ class Source:
 
     client: RegistryClient
     path: str
+    owner: str = ""  # the reference pulled (``repo:tag``), named on a partial file left
 
 
 class DownloadCancelled(SvcError):
@@ -91,6 +93,7 @@ class Download:
     sources: list[Source] = field(default_factory=list)  # of the users, in joining order
     active: Source | None = None  # the source of the running attempt
     attempt: trio.CancelScope | None = None
+    owners: set[str] = field(default_factory=set)  # references its users pull
 
     def progress(self, current: int, total: int | None) -> None:
         self.current, self.total = current, total
@@ -160,6 +163,8 @@ class DownloadManager:
             self._nursery.start_soon(self._transfer, download)
         download.users += 1
         download.sources.append(source)
+        if source.owner:
+            download.owners.add(source.owner)
         try:
             yield download
         finally:
@@ -207,7 +212,7 @@ class DownloadManager:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(download.digest, None)
             if download.path is None and self._nursery is not None:
-                self._nursery.start_soon(self.sweep)  # a partial file was kept: budget
+                self._nursery.start_soon(self._keep_owners, download)
 
     async def _from_sources(self, download: Download) -> blobs.Fetched:
         """Fetch with the first user's source; when that fails, or its user leaves, go on
@@ -256,6 +261,21 @@ class DownloadManager:
             download.retry_in = None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _keep_owners(self, download: Download) -> None:
+        """A partial file was kept: name the references it was for beside it (to drop it
+        when they are removed or pulled in full), then mind the budget."""
+        partial, owners = download.partial, download.owners
+        await trio.to_thread.run_sync(_add_owners, partial, owners)
+        await self.sweep()
+
+    async def forget_owner(self, owner: str) -> None:
+        """``owner`` (a ``repo:tag``) was removed, or pulled in full: the partial files kept
+        for it alone go, unless a transfer uses them."""
+        def busy(path: Path) -> bool:
+            return any(d.partial == path for d in list(self._active.values()))
+
+        await trio.to_thread.run_sync(_drop_owner, self.dir, owner, busy)
+
     async def sweep(self) -> list[Path]:
         """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the
         budget; files of running transfers are left alone. Returns those removed."""
@@ -271,8 +291,9 @@ class DownloadManager:
 
         def remove() -> None:
             for p in paths:
-                with contextlib.suppress(OSError):
-                    p.unlink()
+                for f in (p, _owners_path(p)):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
 
         await trio.to_thread.run_sync(remove)
 
@@ -312,4 +333,50 @@ def _sweep(directory: Path, busy: Callable[[Path], bool], budget: int,
         with contextlib.suppress(OSError):
             os.unlink(path)
             log.info("removed partial download %s", path.name)
+    for sidecar in directory.glob(f"*{SUFFIX}{OWNERS}"):  # of partial files gone
+        if not sidecar.with_name(sidecar.name.removesuffix(OWNERS)).exists():
+            with contextlib.suppress(OSError):
+                sidecar.unlink()
     return removed
+
+
+def _owners_path(partial: Path) -> Path:
+    return partial.with_name(partial.name + OWNERS)
+
+
+def _read_owners(partial: Path) -> set[str]:
+    try:
+        return set(_owners_path(partial).read_text().split())
+    except OSError:
+        return set()
+
+
+def _write_owners(partial: Path, owners: set[str]) -> None:
+    """Atomically: a temporary file, fsync'd, renamed over the old list."""
+    target = _owners_path(partial)
+    temp = target.with_name(f".tmp-{target.name}")
+    with open(temp, "w") as f:
+        f.write("".join(f"{o}\n" for o in sorted(owners)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, target)
+
+
+def _add_owners(partial: Path, owners: set[str]) -> None:
+    if owners and partial.exists():
+        _write_owners(partial, _read_owners(partial) | owners)
+
+
+def _drop_owner(directory: Path, owner: str, busy: Callable[[Path], bool]) -> None:
+    for sidecar in directory.glob(f"*{SUFFIX}{OWNERS}"):
+        partial = sidecar.with_name(sidecar.name.removesuffix(OWNERS))
+        owners = _read_owners(partial)
+        if owner not in owners or busy(partial):
+            continue
+        if owners - {owner}:
+            _write_owners(partial, owners - {owner})
+            continue
+        for f in (partial, sidecar):
+            with contextlib.suppress(OSError):
+                f.unlink()
+        log.info("removed partial download %s (%s is gone)", partial.name, owner)

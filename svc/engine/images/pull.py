@@ -243,6 +243,7 @@ class Puller:
                 await send.send(pulling)
                 target = PullTarget(ref, top, await _image_manifest(client, ref.path, top))
                 changed = await self.pull(client, job, target, send)
+                await self.downloads.forget_owner(ref.familiar_string())  # pulled in full
                 updated = updated or changed
                 await send.send({"status": f"Digest: {top.digest}"})
                 if not job.all_tags:
@@ -257,7 +258,7 @@ class Puller:
         """Pull one image and name it; True when a name now points to it that did not."""
         path = job.repository.path
         doc = target.image.doc
-        source = Source(client, path)
+        source = Source(client, path, target.ref.familiar_string())
         layers = LayerPuller(self.images, self.downloads, source, send)
         try:
             if isinstance(doc, Schema1Manifest):
