@@ -15,8 +15,9 @@ import trio
 from svc.registry import manifests
 from tests.conftest import docker_cli, run_sdk
 from tests.registry.conftest import unique
+from tests.registry.content import digest
 from tests.registry.netfakes import Answer, FakeRegistry
-from tests.registry.pulling import pull
+from tests.registry.pulling import gz_layers, pull, tar_image
 from tests.registry.pushing import messages
 from tests.registry.registryd import Registry
 from tests.support.daemon import Daemon
@@ -98,3 +99,54 @@ async def test_reserved_name_and_trailing_colon(client: httpx.AsyncClient,
         assert r.status_code == 400 and r.text == "'scratch' is a reserved name\n", r.text
     r = await pull(client, f"{open_registry.domain}/{unique('colon')}:", "latest")
     assert r.status_code == 404 and "manifest unknown" in r.text, r.text
+
+
+async def test_every_tag_one_at_a_time_a_bad_one_ends_the_stream(
+        client: httpx.AsyncClient) -> None:
+    """Tag ``a`` is pulled before tag ``b``'s manifest is asked for; ``b`` (no linux/amd64)
+    is reported in the stream; a digest that does not match is too."""
+    image = tar_image(gz_layers(20_000))
+    listing = _list_without_amd64()
+    asked: list[str] = []
+
+    async def route(method: str, target: str, headers: dict[str, str]) -> Answer:
+        asked.append(target)
+        if target.endswith("/tags/list") or "/tags/list?" in target:
+            body = json.dumps({"name": "x", "tags": ["b", "a"]}).encode()
+            return 200, {"Content-Type": "application/json",
+                         "Content-Length": str(len(body))}, body
+        if target.endswith(("/manifests/a", f"/manifests/{WRONG}")):
+            return 200, {"Content-Type": manifests.SCHEMA2,
+                         "Content-Length": str(len(image.manifest))}, image.manifest
+        if target.endswith("/manifests/b"):
+            return 200, {"Content-Type": manifests.MANIFEST_LIST,
+                         "Content-Length": str(len(listing))}, listing
+        for blob in (image.config, *image.layers):
+            if target.endswith(f"/blobs/{digest(blob)}"):
+                return 200, {"Content-Length": str(len(blob))}, blob
+        return 404, {"Content-Length": "0"}, b""
+
+    async with trio.open_nursery() as nursery:
+        fake = await FakeRegistry(route).start(nursery)
+        path = unique("alltags")
+        repo = f"{fake.domain}/{path}"
+        every = await pull(client, repo, None)
+        wrong = await pull(client, repo, WRONG)
+        nursery.cancel_scope.cancel()
+    msgs = messages(every.text)
+    assert every.status_code == 200
+    assert [m["id"] for m in msgs if str(m.get("status")).startswith("Pulling from")] == \
+        ["a", "b"]
+    assert msgs[-1]["error"].startswith("no matching manifest for linux/amd64"), every.text
+    manifest_gets = [t for t in asked if "/manifests/" in t]
+    blob_gets = [i for i, t in enumerate(asked) if "/blobs/" in t]
+    assert asked.index(manifest_gets[1]) > max(blob_gets)  # b asked for after a's blobs
+    got = (await client.get(f"/v1.23/images/{repo}:a/json")).json()
+    assert got["Id"] == digest(image.config)
+    w = messages(wrong.text)
+    assert wrong.status_code == 200 and w[0] == {"status": f"Pulling from {path}",
+                                                 "id": WRONG}
+    assert "digest" in w[-1]["error"], wrong.text
+
+
+WRONG = "sha256:" + "b" * 64

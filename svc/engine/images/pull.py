@@ -110,6 +110,10 @@ class PullJob:
     requested: reference.Reference | None = None  # as asked (for another endpoint)
     fallbacks: tuple[Endpoint, ...] = ()  # Hub endpoints left after a mirror
 
+    async def aclose(self) -> None:
+        """Close the client (:meth:`Puller.run` does; this is for a stream never started)."""
+        await self.client.aclose()
+
     @property
     def given(self) -> str:
         """The name as the request gave it (the ``pull`` event's id)."""
