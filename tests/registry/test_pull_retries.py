@@ -97,3 +97,34 @@ async def test_a_shared_download_goes_on_with_the_next_registry(
     for r in results.values():
         assert messages(r.text)[-1]["status"].startswith("Status: Downloaded newer image") \
             or messages(r.text)[-1]["status"].startswith("Status: Image is up to date"), r.text
+
+
+async def test_a_failing_storage_redirect_is_retried(client: httpx.AsyncClient) -> None:
+    """Registries send blob GETs to storage; storage answering 502 is tried again."""
+    image = tar_image(gz_layers(30_000))
+    layer = image.layers[0]
+    stored: list[str] = []
+
+    async def storage(method: str, target: str, headers: dict[str, str]) -> Answer:
+        stored.append(target)
+        if len(stored) == 1:
+            return 502, {"Content-Length": "0"}, b""
+        return 200, {"Content-Length": str(len(layer))}, layer
+
+    async with trio.open_nursery() as nursery:
+        store = await FakeRegistry(storage).start(nursery)
+        hits: list[str] = []
+        inner = _serving(image, [], hits).route
+
+        async def route(method: str, target: str, headers: dict[str, str]) -> Answer:
+            if target.endswith(f"/blobs/{digest(layer)}"):
+                return 307, {"Location": f"http://{store.domain}/s3/blob",
+                             "Content-Length": "0"}, b""
+            return await inner(method, target, headers)
+
+        registry = await FakeRegistry(route).start(nursery)
+        r = await pull(client, f"{registry.domain}/{unique('redirect')}")
+        nursery.cancel_scope.cancel()
+    seen = layer_statuses(messages(r.text), short(digest(layer)))
+    assert "Retrying in 1 second" in seen and seen[-1] == "Pull complete", r.text
+    assert stored == ["/s3/blob", "/s3/blob"]
