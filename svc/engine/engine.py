@@ -82,6 +82,7 @@ class Engine:
         self.downloads = DownloadManager(config.root, config.registry)
         self.puller = Puller(self.images, self.distribution, self.downloads, config.registry)
         self.images.on_delete = self._forget_partial_blobs
+        self.images.on_untag = self.downloads.forget_owner  # partial blobs pulled for it
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(

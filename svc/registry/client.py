@@ -59,11 +59,15 @@ class RegistryClient:
         config: the daemon's registry settings.
         credentials: from ``X-Registry-Auth`` or a login; anonymous by default.
         push: the client will write (Docker Hub's mirrors are skipped).
+        endpoint: the one endpoint to use (a pull going through Hub's mirrors in turn);
+            by default the first of :func:`endpoints` that answers the ping.
     """
 
     def __init__(self, domain: str, *, config: RegistryConfig | None = None,
-                 credentials: AuthConfig = ANONYMOUS, push: bool = False) -> None:
+                 credentials: AuthConfig = ANONYMOUS, push: bool = False,
+                 endpoint: Endpoint | None = None) -> None:
         self.domain = domain
+        self.pinned = endpoint
         self.config = config or RegistryConfig()
         self.push = push
         self._token_http = httpx.AsyncClient(timeout=self.config.timeout(), trust_env=False,
@@ -107,7 +111,9 @@ class RegistryClient:
         if self._endpoint is not None:
             return self._endpoint
         failures = []
-        for endpoint in await endpoints(self.domain, self.config, push=self.push):
+        candidates = [self.pinned] if self.pinned is not None \
+            else await endpoints(self.domain, self.config, push=self.push)
+        for endpoint in candidates:
             http = await make_http(endpoint, self.config)
             try:
                 async with http.stream("GET", endpoint.url + "/v2/") as response:

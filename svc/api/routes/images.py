@@ -155,8 +155,11 @@ async def _pull(from_image: str) -> Response:
     puller = _backend.get().puller
     credentials = decode_auth_header(request.headers.get("X-Registry-Auth"))
     job = await puller.prepare(from_image, qstr("tag"), credentials)
-    return await respond_chunked(progress_lines(partial(puller.run, job), "pull"),
-                                 content_type="application/json")
+    try:
+        return await respond_chunked(progress_lines(partial(puller.run, job), "pull"),
+                                     content_type="application/json")
+    finally:  # the stream may never have started (the client went at once)
+        await job.aclose()
 
 
 def _import_ref(svc: ImageService, repo: str | None, tag: str | None) -> Any:

@@ -10,8 +10,10 @@ still waits for it, it goes on.
 
 Partial files live in ``<root>/downloads/<algorithm>-<hex>.partial`` and keep every byte
 received so far (``blobs.fetch`` flushes them when cancelled): the next download of the digest
-continues with ``Range``, as does the same transfer after a network error (tried again
-after 1, 2 and 4 seconds, ``Retrying in N seconds``). A verified file is removed when its
+continues with ``Range``, as does the same transfer after a network error, a 5xx or a 429
+(tried again after 1, 2, 4 and 8 seconds, ``Retrying in N seconds``). The transfer uses the
+registry client of its first user; when that fails or the user leaves, it goes on with the
+next user's. A verified file is removed when its
 last user is done with it (the layer is in the store by then). Partial files older than
 ``MAX_AGE`` are removed, and the oldest ones go first when together they take more than
 ``BUDGET`` bytes; a per-digest lock keeps a new transfer from writing to a file an ending
@@ -33,9 +35,16 @@ import trio
 from svc.errors import SvcError
 from svc.registry import blobs
 from svc.registry.client import RegistryClient
-from svc.registry.errors import RegistryError, Unreachable
+from svc.registry.errors import (
+    Denied,
+    DigestMismatch,
+    InvalidManifest,
+    NotFound,
+    RegistryError,
+    Unauthorized,
+    Unreachable,
+)
 from svc.registry.transport import RegistryConfig
-from svc.wire.authconfig import AuthConfig
 
 log = logging.getLogger("svc.images.downloads")
 
@@ -44,16 +53,18 @@ MAX_AGE = 24 * 3600.0  # seconds a partial file is kept
 BUDGET = 8 << 30  # bytes of partial files kept at most
 SWEEP_INTERVAL = 3600.0
 SUFFIX = ".partial"
-RETRY_DELAYS = (1, 2, 4)  # seconds before each new attempt after a network error
+OWNERS = ".owners"  # beside a partial file: the references it was pulled for
+RETRY_DELAYS = (1, 2, 4, 8)  # seconds before each new attempt: five attempts in all
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Source:
-    """Where a blob comes from: a registry, a repository path on it, and the credentials."""
+    """Where a blob comes from: a pull request's registry client (its endpoint, credentials
+    and tokens, shared by all its downloads) and a repository path on it."""
 
-    domain: str
+    client: RegistryClient
     path: str
-    credentials: AuthConfig
+    owner: str = ""  # the reference pulled (``repo:tag``), named on a partial file left
 
 
 class DownloadCancelled(SvcError):
@@ -74,14 +85,32 @@ class Download:
     users: int = 0
     started: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
-    changed: trio.Event = field(default_factory=trio.Event)  # progress since last reset
+    version: int = 0  # counts changes (progress, retry countdown, end)
+    _pulse: trio.Event = field(default_factory=trio.Event)
     path: Path | None = None
     error: BaseException | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    sources: list[Source] = field(default_factory=list)  # of the users, in joining order
+    active: Source | None = None  # the source of the running attempt
+    attempt: trio.CancelScope | None = None
+    owners: set[str] = field(default_factory=set)  # references its users pull
 
     def progress(self, current: int, total: int | None) -> None:
         self.current, self.total = current, total
-        self.changed.set()
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake every user waiting in :meth:`wait_changed`. The producer replaces the
+        event it sets, so a user never waits on one nobody will set."""
+        self.version += 1
+        pulse, self._pulse = self._pulse, trio.Event()
+        pulse.set()
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until something changed after version ``seen``; the version now."""
+        if self.version == seen:
+            await self._pulse.wait()
+        return self.version
 
     async def wait(self) -> Path:
         """The verified file, once the transfer ended; its error otherwise."""
@@ -131,14 +160,22 @@ class DownloadManager:
         if download is None:
             download = Download(digest, size, self.partial_path(digest))
             self._active[digest] = download
-            self._nursery.start_soon(self._transfer, download, source)
+            self._nursery.start_soon(self._transfer, download)
         download.users += 1
+        download.sources.append(source)
+        if source.owner:
+            download.owners.add(source.owner)
         try:
             yield download
         finally:
             download.users -= 1
+            if source in download.sources:  # not when it failed already
+                download.sources.remove(source)
             if download.users == 0:
                 self._leave(download)
+            elif download.active is source and source not in download.sources \
+                    and download.attempt is not None:
+                download.attempt.cancel()  # its client is going: resume with the next one
 
     def _leave(self, download: Download) -> None:
         if self._active.get(download.digest) is download:
@@ -149,16 +186,14 @@ class DownloadManager:
             with contextlib.suppress(OSError):
                 download.path.unlink()
 
-    async def _transfer(self, download: Download, source: Source) -> None:
+    async def _transfer(self, download: Download) -> None:
         """Fetch into the partial file under the digest's lock and a transfer slot."""
         lock = self._locks.setdefault(download.digest, trio.Lock())
         try:
             with download.scope:
                 async with lock, self._limiter:
                     download.started.set()
-                    async with RegistryClient(source.domain, config=self.config,
-                                              credentials=source.credentials) as client:
-                        fetched = await self._fetch(client, source, download)
+                    fetched = await self._from_sources(download)
                     download.resumed_from = fetched.resumed_from
                     download.path = fetched.path
         except (RegistryError, SvcError, OSError) as exc:
@@ -168,7 +203,7 @@ class DownloadManager:
             download.error = exc
         finally:
             download.done.set()
-            download.changed.set()
+            download.notify()
             if download.path is None and self._active.get(download.digest) is download:
                 del self._active[download.digest]
             if download.users == 0 and download.path is not None:
@@ -177,29 +212,69 @@ class DownloadManager:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(download.digest, None)
             if download.path is None and self._nursery is not None:
-                self._nursery.start_soon(self.sweep)  # a partial file was kept: budget
+                self._nursery.start_soon(self._keep_owners, download)
+
+    async def _from_sources(self, download: Download) -> blobs.Fetched:
+        """Fetch with the first user's source; when that fails, or its user leaves, go on
+        (resuming the partial file) with the next user's, so one user's refusal or network
+        does not fail the others. The last failure when every source failed."""
+        failure: BaseException | None = None
+        while download.sources:
+            source = download.active = download.sources[0]
+            with trio.CancelScope() as attempt:
+                download.attempt = attempt
+                try:
+                    return await self._fetch(source, download)
+                except (RegistryError, SvcError) as exc:
+                    if isinstance(exc, DigestMismatch):
+                        raise  # the bytes are wrong whoever asks
+                    failure = exc
+                    log.info("download of %s from %s failed: %s", download.digest,
+                             source.client.domain, exc)
+                finally:
+                    download.attempt = download.active = None
+            if attempt.cancelled_caught:
+                continue  # its user left (and took its source along)
+            download.sources[:] = [s for s in download.sources if s is not source]
+        raise failure or DownloadCancelled(f"download of {download.digest} was cancelled")
 
     @staticmethod
-    async def _fetch(client: RegistryClient, source: Source, download: Download
-                     ) -> blobs.Fetched:
-        """``blobs.fetch``, tried again (from where it stopped) after a network error,
-        counting down ``retry_in`` for the users to show."""
+    async def _fetch(source: Source, download: Download) -> blobs.Fetched:
+        """``blobs.fetch``, tried again (from where it stopped) after a network error, a
+        5xx or a 429, up to ``len(RETRY_DELAYS) + 1`` attempts, counting down ``retry_in``
+        for the users to show. Refusals (401, 403), a 404 and local errors (ENOSPC) are
+        never retried."""
         for delay in (*RETRY_DELAYS, None):
             try:
-                return await blobs.fetch(client, source.path, download.digest,
+                return await blobs.fetch(source.client, source.path, download.digest,
                                          download.partial, size=download.size,
                                          progress=download.progress)
-            except Unreachable as exc:
-                if delay is None:
+            except RegistryError as exc:
+                if delay is None or not retryable(exc):
                     raise
                 log.info("download of %s failed (%s): retrying in %d s", download.digest,
                          exc, delay)
             for left in range(delay, 0, -1):
                 download.retry_in = left
-                download.changed.set()
+                download.notify()
                 await trio.sleep(1)
             download.retry_in = None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _keep_owners(self, download: Download) -> None:
+        """A partial file was kept: name the references it was for beside it (to drop it
+        when they are removed or pulled in full), then mind the budget."""
+        partial, owners = download.partial, download.owners
+        await trio.to_thread.run_sync(_add_owners, partial, owners)
+        await self.sweep()
+
+    async def forget_owner(self, owner: str) -> None:
+        """``owner`` (a ``repo:tag``) was removed, or pulled in full: the partial files kept
+        for it alone go, unless a transfer uses them."""
+        def busy(path: Path) -> bool:
+            return any(d.partial == path for d in list(self._active.values()))
+
+        await trio.to_thread.run_sync(_drop_owner, self.dir, owner, busy)
 
     async def sweep(self) -> list[Path]:
         """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the
@@ -216,10 +291,20 @@ class DownloadManager:
 
         def remove() -> None:
             for p in paths:
-                with contextlib.suppress(OSError):
-                    p.unlink()
+                for f in (p, _owners_path(p)):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
 
         await trio.to_thread.run_sync(remove)
+
+
+def retryable(exc: RegistryError) -> bool:
+    """A failure that may pass: no answer, a server error, or too many requests."""
+    if isinstance(exc, Unreachable):
+        return True
+    if isinstance(exc, Unauthorized | Denied | NotFound | DigestMismatch | InvalidManifest):
+        return False
+    return exc.status >= 500 or exc.status == 429
 
 
 def _sweep(directory: Path, busy: Callable[[Path], bool], budget: int,
@@ -248,4 +333,50 @@ def _sweep(directory: Path, busy: Callable[[Path], bool], budget: int,
         with contextlib.suppress(OSError):
             os.unlink(path)
             log.info("removed partial download %s", path.name)
+    for sidecar in directory.glob(f"*{SUFFIX}{OWNERS}"):  # of partial files gone
+        if not sidecar.with_name(sidecar.name.removesuffix(OWNERS)).exists():
+            with contextlib.suppress(OSError):
+                sidecar.unlink()
     return removed
+
+
+def _owners_path(partial: Path) -> Path:
+    return partial.with_name(partial.name + OWNERS)
+
+
+def _read_owners(partial: Path) -> set[str]:
+    try:
+        return set(_owners_path(partial).read_text().split())
+    except OSError:
+        return set()
+
+
+def _write_owners(partial: Path, owners: set[str]) -> None:
+    """Atomically: a temporary file, fsync'd, renamed over the old list."""
+    target = _owners_path(partial)
+    temp = target.with_name(f".tmp-{target.name}")
+    with open(temp, "w") as f:
+        f.write("".join(f"{o}\n" for o in sorted(owners)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, target)
+
+
+def _add_owners(partial: Path, owners: set[str]) -> None:
+    if owners and partial.exists():
+        _write_owners(partial, _read_owners(partial) | owners)
+
+
+def _drop_owner(directory: Path, owner: str, busy: Callable[[Path], bool]) -> None:
+    for sidecar in directory.glob(f"*{SUFFIX}{OWNERS}"):
+        partial = sidecar.with_name(sidecar.name.removesuffix(OWNERS))
+        owners = _read_owners(partial)
+        if owner not in owners or busy(partial):
+            continue
+        if owners - {owner}:
+            _write_owners(partial, owners - {owner})
+            continue
+        for f in (partial, sidecar):
+            with contextlib.suppress(OSError):
+                f.unlink()
+        log.info("removed partial download %s (%s is gone)", partial.name, owner)

@@ -176,10 +176,9 @@ class LayerPuller:
         if not download.started.is_set():
             await self.status(ident, "Waiting")
             await download.started.wait()
-        start, sent = time.time(), -1
+        start, sent, seen = time.time(), -1, 0
         while not download.done.is_set():
-            await download.changed.wait()  # the first bytes are shown at once
-            download.changed = trio.Event()
+            seen = await download.wait_changed(seen)  # the first bytes are shown at once
             if download.retry_in is not None:
                 await self.status(ident, f"Retrying in {download.retry_in} second"
                                   + ("s" if download.retry_in > 1 else ""))

@@ -95,6 +95,7 @@ class ImageService:
         self.container_use: Callable[[str], tuple[str, bool] | None] = lambda image_id: None
         # Set by the engine: what else to clean up once an image is deleted (partial blobs).
         self.on_delete: Callable[[Image], Awaitable[None]] | None = None
+        self.on_untag: Callable[[str], Awaitable[None]] | None = None  # a name went
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -299,6 +300,9 @@ class ImageService:
             self.repos.pop(name, None)
         await self._save_refs()
         self.events.publish("image", "untag", image.id, {"name": key})
+        if self.on_untag is not None:
+            with trio.CancelScope(shield=True):
+                await self.on_untag(key)
 
     async def _save_refs(self) -> None:
         snapshot = {k: dict(v) for k, v in self.repos.items()}
