@@ -395,6 +395,20 @@ def svcd_load(ctx: Context, img: BuiltImage) -> tuple[OpResult, bytes]:
                     rss.samples, 100 * cpu / seconds, status), body
 
 
+def loaded_image(ctx: Context, what: str, seed: int) -> tuple[BuiltImage, Path]:
+    """The ~200 MB 10-layer image of ``seed`` built in a scratch directory of its own
+    (removed at the end of the run) and loaded into svcd as ``svc-bench/<what>:latest``;
+    with that directory, for the benchmark's own scratch files."""
+    scratch = ctx.workdir / f"bench-{what}"
+    ctx.cleanup.callback(shutil.rmtree, scratch, True)
+    scratch.mkdir()
+    img = build_image(scratch / "image", seed, f"svc-bench/{what}:latest")
+    load, body = svcd_load(ctx, img)
+    if load.status != 200 or b'"error"' in body:
+        raise RuntimeError(f"load answered {load.status}: {body[:300]!r}")
+    return img, scratch
+
+
 def svcd_save(ctx: Context, img: BuiltImage) -> tuple[OpResult, bytes]:
     pid = ctx.daemon.pid
     os.sync()

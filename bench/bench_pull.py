@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.bench_images import BuiltImage, build_image, read_body, svcd_load
+from bench.bench_images import BuiltImage, loaded_image, read_body
 from bench.context import Context
 from bench.harness import Figure, Outcome, Target, body_of, call, connect, cpu_seconds
 from tests.registry.registryd import Registry
@@ -144,13 +144,7 @@ def _remove(ctx: Context, image_id: str) -> None:
 def pull(ctx: Context) -> Outcome:
     """docker pull of a ~200 MB 10-layer image from a loopback registry: MB/s beside GET|tar."""
     t_start = time.monotonic()
-    scratch = ctx.workdir / "bench-pull"
-    ctx.cleanup.callback(shutil.rmtree, scratch, True)
-    scratch.mkdir()
-    img = build_image(scratch / "image", SEED, "svc-bench/pull:latest")
-    load, body = svcd_load(ctx, img)
-    if load.status != 200 or b'"error"' in body:
-        raise RuntimeError(f"load answered {load.status}: {body[:300]!r}")
+    img, scratch = loaded_image(ctx, "pull", SEED)
     registry = Registry(schema1=False).start()
     pulls: list[tuple[float, float]] = []
     floors: list[float] = []

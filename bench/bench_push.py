@@ -29,14 +29,13 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.bench_images import BuiltImage, build_image, read_body, svcd_load
+from bench.bench_images import BuiltImage, loaded_image, read_body
 from bench.context import Context
 from bench.harness import Figure, Outcome, Target, body_of, call, connect, cpu_seconds
 from tests.registry.registryd import Registry
@@ -120,13 +119,7 @@ def _tag(ctx: Context, img: BuiltImage, repo: str) -> None:
 def push(ctx: Context) -> Outcome:
     """docker push of a ~200 MB 10-layer image to a loopback registry: MB/s beside gzip+upload."""
     t_start = time.monotonic()
-    scratch = ctx.workdir / "bench-push"
-    ctx.cleanup.callback(shutil.rmtree, scratch, True)
-    scratch.mkdir()
-    img = build_image(scratch / "image", SEED, "svc-bench/push:latest")
-    load, body = svcd_load(ctx, img)
-    if load.status != 200 or b'"error"' in body:
-        raise RuntimeError(f"load answered {load.status}: {body[:300]!r}")
+    img, _ = loaded_image(ctx, "push", SEED)
     pushes: list[tuple[float, float]] = []
     floors: list[float] = []
     repushes: list[float] = []
