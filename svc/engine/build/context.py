@@ -51,6 +51,8 @@ class Context:
     hashes: dict[str, str] = field(default_factory=dict)  # "a/b" -> hex digest
     received: int = 0  # bytes of the body read
     size: int = 0  # bytes written
+    # context inodes hard-linked into a layer by a COPY (and how often): not linked again
+    given: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def ignore_matcher(self) -> PatternMatcher | None:
         for name in IGNORE_FILES:
