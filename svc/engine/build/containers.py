@@ -166,6 +166,7 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
         raise StepFailed(f"{cmd} requires at least two arguments")
     owner = _chown(inst)
     image = job.require_image(cmd)
+    await job.arrived.wait()
     srcs, dest = args[:-1], args[-1]
     dest_abs = destination(dest, str(job.config.get("WorkingDir") or "/"))
     found, downloaded = await _gather(job, cmd, srcs, dest)

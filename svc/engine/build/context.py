@@ -192,8 +192,9 @@ class _Unpacker:
                                "times its size (a decompression bomb)")
 
 
-def unpack(body: IO[bytes] | Any, root: Path) -> Context:
-    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700).
+def unpack(body: IO[bytes] | Any, root: Path, ctx: Context | None = None) -> Context:
+    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700), into
+    ``ctx`` if given (a build already running on it: ``Builder.build``).
 
     An archive that stops after its last member's data, without that member's padding and
     the end-of-archive blocks, is taken as complete: the docker CLI 28 sends exactly that
@@ -201,7 +202,7 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
     the tar writer). Anything cut earlier is refused.
     """
     root.mkdir(mode=0o700)
-    ctx = Context(root, work=root.parent)
+    ctx = ctx or Context(root, work=root.parent)
     counting = _Counting(body)
     plain: _Counting | None = None
     unpacker = _Unpacker(ctx, counting)

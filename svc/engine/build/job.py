@@ -75,6 +75,10 @@ class Job:
         self.cache_busted = spec.nocache
         self.made: list[Image] = []
         self.temp: list[Container] = []  # intermediate containers, removed after the step
+        # set once the whole context is in (COPY and ADD wait for it; it streams in while
+        # the steps before them run: ``Builder.build``)
+        self.arrived = trio.Event()
+        self.arrived.set()
 
     # -- environment ------------------------------------------------------------------------
 
