@@ -186,11 +186,13 @@ class Builder:
             instructions = list(received.svcfile.instructions)
             if spec.labels:
                 instructions.append(_labels(spec.labels))
-            if received.arriving is None:
-                image_id = await self._steps(job, instructions)
-            else:
-                image_id = await self._steps_arriving(received, job, instructions)
-            await self._tag(job, image_id)
+            async with trio.open_nursery() as cleanup:
+                job.cleanup = cleanup
+                if received.arriving is None:
+                    image_id = await self._steps(job, instructions)
+                else:
+                    image_id = await self._steps_arriving(received, job, instructions)
+                await self._tag(job, image_id)
             await out.result(image_id, [r.familiar_string() for r in spec.tags])
             return image_id
         except BaseException as exc:
