@@ -106,8 +106,8 @@ async def test_steps_run_while_the_context_arrives(api: httpx.AsyncClient,
     svcfile = f"FROM {BASE}\nRUN echo early-bird\nCOPY big /big\nRUN wc -c < /big\n".encode()
     seen: dict[str, float] = {}
     sent: dict[str, float] = {}
-    answer = await _post(str(bdaemon.sock), _slow_body(svcfile, sent=sent), seen,
-                         b"early-bird\\n")
+    answer = await _post(str(bdaemon.sock), _slow_body(svcfile, pause=0.15, sent=sent),
+                         seen, b"early-bird\\n")
     text = "".join(m.get("stream", "") for m in messages(_body_of(answer)))
     assert "Successfully built" in text and f"{BIG}\n" in text, text
     assert seen["marker"] < sent["done"] - 1.0, (seen, sent)  # the RUN ran mid-upload
