@@ -105,11 +105,13 @@ def _payload(tar: tarfile.TarFile, m: tarfile.TarInfo, plain: IO[bytes]) -> Iter
     """A member's data, read straight from ``plain`` in large pieces: tarfile's stream reads
     its source in 10 KiB blocks and joins them (most of the time a large file cost). What
     tarfile holds read ahead comes first, and its position is moved on as if it had read the
-    data, so its next header is found where it expects. Any other stream: ``extractfile``."""
+    data, so its next header is found where it expects. A sparse file, or any other stream:
+    ``extractfile``."""
     stream: Any = tar.fileobj
-    if not (getattr(stream, "comptype", None) == "tar" and stream.fileobj is plain
-            and isinstance(getattr(stream, "buf", None), bytes)
-            and isinstance(getattr(stream, "pos", None), int)):
+    direct = (getattr(stream, "comptype", None) == "tar" and stream.fileobj is plain
+              and isinstance(getattr(stream, "buf", None), bytes)
+              and isinstance(getattr(stream, "pos", None), int))
+    if m.issparse() or not direct:
         src = tar.extractfile(m)
         assert src is not None
         while data := src.read(READ):

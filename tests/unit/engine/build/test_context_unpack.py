@@ -52,3 +52,25 @@ def test_cut_inside_a_file_is_refused(tmp_path: Path) -> None:
     body, _ = _archive(tarfile.GNU_FORMAT)
     with pytest.raises(ContextError, match="not a valid tar archive"):
         unpack(io.BytesIO(body[:len(body) // 2]), tmp_path / "ctx")
+
+
+def test_sparse_file(tmp_path: Path) -> None:
+    """A GNU sparse member (what ``tar -S`` writes) is read through tarfile's own map."""
+    import shutil
+    import subprocess
+
+    if shutil.which("tar") is None:
+        pytest.skip("no tar")
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "holes", "wb") as f:
+        f.seek(5 << 20)
+        f.write(b"end")
+    (src / "after").write_bytes(b"after\n")
+    body = subprocess.run(["tar", "-c", "-S", "--format=gnu", "-C", str(src), "holes", "after"],
+                          check=True, capture_output=True).stdout
+    ctx = unpack(io.BytesIO(body), tmp_path / "ctx")
+    data = (tmp_path / "ctx" / "holes").read_bytes()
+    assert len(data) == (5 << 20) + 3 and data.endswith(b"end")
+    assert ctx.hashes["holes"] == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "ctx" / "after").read_bytes() == b"after\n"
