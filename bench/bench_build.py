@@ -82,7 +82,7 @@ def _svcd_build(ctx: Context, context_dir: Path, query: str) -> tuple[float, Mes
     with connect(ctx.daemon.socket, 300) as sock:
         t0 = time.perf_counter()
         sock.sendall(head)
-        tar = subprocess.Popen(["tar", "-c", "-C", str(context_dir), "."],
+        tar = subprocess.Popen(["tar", "-c", "--sort=name", "-C", str(context_dir), "."],
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         assert tar.stdout is not None
         with tar.stdout as out:

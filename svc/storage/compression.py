@@ -188,3 +188,37 @@ def open_decompressed(stream: BinaryIO) -> BinaryIO:
     raw: io.RawIOBase
     raw = _Prefixed(stream, head) if kind == "plain" else _Decompressing(stream, head, kind)
     return cast(BinaryIO, io.BufferedReader(raw, CHUNK))
+
+
+class PrefixDecoder:
+    """The plain bytes of the beginning of a stream, decompressed as its chunks come: a look
+    at an upload's first bytes before it is read whole. Damaged data sets ``failed`` (the
+    whole read, later, says what is wrong)."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._d: _Decompressor | None = None
+        self.kind: str | None = None
+        self.failed = False
+
+    def feed(self, raw: bytes, *, last: bool = False) -> bytes:
+        """The plain bytes that ``raw`` (the next chunk) gives; ``last``: the stream ended."""
+        if self.failed:
+            return b""
+        if self.kind is None:
+            self._head += raw
+            if len(self._head) < len(XZ_MAGIC) and not last:
+                return b""
+            self.kind = sniff(self._head)
+            raw, self._head = self._head, b""
+            if self.kind != "plain":
+                self._d = _new_decompressor(self.kind)
+        if self._d is None:
+            return raw
+        if self._d.eof:
+            return b""
+        try:
+            return self._d.decompress(raw)
+        except (zlib.error, OSError, lzma.LZMAError, EOFError):
+            self.failed = True
+            return b""

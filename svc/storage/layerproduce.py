@@ -1,4 +1,6 @@
-"""Producing a layer tar from an overlay upper dir: ``produce_layer``."""
+"""Producing a layer tar from an overlay upper dir: ``produce_layer``; and describing a layer
+dir already laid out in the store's format without writing its tar: ``describe_layer`` (its
+diff id, skeleton and sizes, for a layer built in place)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import BinaryIO
 
 from svc.errors import SystemError_
 from svc.storage.layerworker import Hasher, Worker
+from svc.storage.skeleton import SkeletonWriter
 from svc.storage.tarformat import (
     BLOCK,
     BLOCKDEV,
@@ -42,9 +45,11 @@ class _HashingOut:
         self._out = out
         self._buf = bytearray()
         self._hasher = hasher
+        self.total = 0
 
     def write(self, data: bytes) -> None:
         self._buf += data
+        self.total += len(data)
         if len(self._buf) >= CHUNK:
             self.flush()
 
@@ -53,6 +58,50 @@ class _HashingOut:
         self._hasher.update(chunk)
         write_out(self._out, chunk)
         self._buf.clear()
+
+    def payload(self, path: bytes, rel: bytes, size: int) -> None:
+        _produce_payload(self, path, rel, size)
+
+
+class _DescribingOut(_HashingOut):
+    """Hashes the tar without writing it: headers and padding go to the skeleton as raw
+    records, file payloads as references to the file (``F``), read only for the hash."""
+
+    def __init__(self, skeleton: SkeletonWriter, hasher: Hasher) -> None:
+        super().__init__(_NOWHERE, hasher)
+        self._skeleton = skeleton
+        self.size = 0  # regular file payload bytes
+
+    def flush(self) -> None:
+        chunk = bytes(self._buf)
+        self._hasher.update(chunk)
+        self._skeleton.raw(chunk)
+        self._buf.clear()
+
+    def payload(self, path: bytes, rel: bytes, size: int) -> None:
+        self.flush()
+        self._skeleton.file(rel, size)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            left = size
+            while left and (data := os.read(fd, min(left, CHUNK))):
+                self._hasher.update(data)
+                left -= len(data)
+            if left or os.read(fd, 1):
+                raise SystemError_(f'file "{show(rel)}" changed size while it was described')
+        finally:
+            os.close(fd)
+        self.total += size
+        self.size += size
+        self.write(bytes(padding(size)))
+
+
+class _Nowhere:
+    def write(self, data: bytes) -> int:
+        raise AssertionError("a described layer writes no tar")
+
+
+_NOWHERE: BinaryIO = _Nowhere()  # type: ignore[assignment]
 
 
 def _xattrs(path: bytes) -> dict[str, str]:
@@ -106,7 +155,7 @@ def _produce_entry(out: _HashingOut, root: bytes, rel: bytes, st: os.stat_result
     pax = _xattrs(path)
     if stat.S_ISREG(mode):
         out.write(_tobuf(_info(rel, st, REGULAR, size=st.st_size, pax=pax)))
-        _produce_payload(out, path, rel, st.st_size)
+        out.payload(path, rel, st.st_size)
     elif stat.S_ISDIR(mode):
         out.write(_tobuf(_info(rel, st, DIR, pax=pax)))
         if _is_opaque(path):
@@ -164,21 +213,45 @@ def produce_layer(src: Path, out: BinaryIO) -> str:
     worker = Worker("layer-sha256")
     hasher = Hasher(worker)
     try:
-        sink = _HashingOut(out, hasher)
-        root = os.fsencode(src)
-        seen: dict[tuple[int, int], bytes] = {}
-        stack = sorted(os.listdir(root), reverse=True)
-        while stack:
-            rel = stack.pop()
-            st = os.lstat(root + b"/" + rel)
-            _produce_entry(sink, root, rel, st, seen)
-            if stat.S_ISDIR(st.st_mode):
-                children = sorted(os.listdir(root + b"/" + rel), reverse=True)
-                stack.extend(rel + b"/" + name for name in children)
-        sink.write(bytes(2 * BLOCK))
-        sink.flush()
+        _walk(_HashingOut(out, hasher), src)
     except BaseException:
         worker.close(check=False)
         raise
     worker.close()
     return f"sha256:{hasher.hexdigest()}"
+
+
+def _walk(sink: _HashingOut, src: Path) -> None:
+    root = os.fsencode(src)
+    seen: dict[tuple[int, int], bytes] = {}
+    stack = sorted(os.listdir(root), reverse=True)
+    while stack:
+        rel = stack.pop()
+        st = os.lstat(root + b"/" + rel)
+        _produce_entry(sink, root, rel, st, seen)
+        if stat.S_ISDIR(st.st_mode):
+            children = sorted(os.listdir(root + b"/" + rel), reverse=True)
+            stack.extend(rel + b"/" + name for name in children)
+    sink.write(bytes(2 * BLOCK))
+    sink.flush()
+
+
+def describe_layer(diff: Path, skeleton_out: BinaryIO) -> tuple[str, int, int]:
+    """(diff id, payload size, tar size) of the layer tar ``produce_layer`` would write for
+    ``diff`` (a layer dir in the store's format), whose skeleton goes to ``skeleton_out``:
+    the tar itself is never written, each file is read once for the hash.
+
+    Cancellation: blocking, not a checkpoint; on an error ``skeleton_out`` is incomplete.
+    """
+    worker = Worker("layer-describe")
+    hasher = Hasher(worker)
+    try:
+        skeleton = SkeletonWriter(skeleton_out, worker)
+        sink = _DescribingOut(skeleton, hasher)
+        _walk(sink, diff)
+        skeleton.close(sink.total)
+    except BaseException:
+        worker.close(check=False)
+        raise
+    worker.close()
+    return f"sha256:{hasher.hexdigest()}", sink.size, sink.total

@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,6 +36,7 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.storage.atomic import atomic_remove, atomic_write, fsync_dir
 from svc.storage.compression import open_decompressed
 from svc.storage.fsutil import remove_tree
+from svc.storage.layerproduce import describe_layer
 from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
 
 log = logging.getLogger("svc.storage.layers")
@@ -240,6 +242,24 @@ class LayerStore:
             _remove_tree(path)
             raise
         return StagedLayer(path, result.diff_id, result.size, result.tar_size)
+
+    def stage_dir(self, fill: Callable[[Path], None]) -> StagedLayer:
+        """A layer built in place: ``fill(diff)`` lays out its tree in a new temp dir, in the
+        store's format (no ``.wh.`` files); the skeleton and diff id come from a walk of it,
+        so no tar is ever written or unpacked. ``fill`` raising removes the temp dir."""
+        path = self.root / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        (path / "diff").mkdir(parents=True, mode=0o700)
+        os.chmod(path / "diff", 0o755)
+        try:
+            fill(path / "diff")
+            with open(path / "skeleton", "wb") as skeleton:
+                diff_id, size, tar_size = describe_layer(path / "diff", skeleton)
+                skeleton.flush()
+                os.fsync(skeleton.fileno())
+        except BaseException:
+            _remove_tree(path)
+            raise
+        return StagedLayer(path, diff_id, size, tar_size)
 
     def discard(self, staged: StagedLayer) -> None:
         """Remove a staged layer's temp dir, unless ``commit`` moved it into the store."""

@@ -1,12 +1,15 @@
 """``POST /build``: the legacy builder (what ``DOCKER_BUILDKIT=0 docker build`` and the
 SDKs' ``build()`` call at API 1.22/1.23).
 
-The query, the context and its instructions file are checked before the response starts
-(a bad tag, JSON or number, a refused context, a missing or unparsable instructions file:
-a 400, as dockerd answered what failed before its first output line with a plain error);
-then the steps run while the answer streams back as ``{"stream"}`` lines, errors in-stream
-with HTTP 200. A client that goes away cancels the build (``respond_chunked(...,
-keep_alive=True)``: the request's scope).
+The query and the instructions file are checked before the response starts (a bad tag,
+JSON or number, a missing or unparsable instructions file: a 400, as dockerd answered what
+failed before its first output line with a plain error). When the instructions file is the
+context's first file, the response starts once it has arrived and the rest of the context
+streams in while the steps run (a context refused then is an in-stream error); otherwise
+the whole context is read and checked first (a refused context: a 400). The steps' output
+streams back as ``{"stream"}`` lines, errors in-stream with HTTP 200. A client that goes
+away cancels the build (``respond_chunked(..., keep_alive=True)``: the request's scope,
+which keeps reading the upload while answering).
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
 """``POST /build``: a context in, an image out (the legacy builder of API 1.22/1.23).
 
 :meth:`Builder.prepare` checks what can be refused before the response starts (tag names,
-the limits) with an HTTP error. :meth:`Builder.build` then, reporting into the stream:
-unpacks the context as it arrives (``context``), reads and parses the instructions file
-(``Svcfile``, else ``Dockerfile``, or the one named), applies the ignore file, runs the
-steps (``steps``), refuses build args no ARG consumed (proxy variables excepted), and names
-the image with every tag. Failures go into the stream, a failed RUN with its exit code.
+the limits) with an HTTP error, and :meth:`Builder.receive` reads the instructions file
+(``Svcfile``, else ``Dockerfile``, or the one named) and parses it. If that file is the
+context's first file (``early``), only it is read before the stream starts; otherwise the
+whole context is unpacked (``context``) and the ignore file applied first.
+:meth:`Builder.build` then, reporting into the stream: runs the steps (``steps``) while the
+rest of a streaming context arrives (COPY and ADD wait for all of it), refuses build args no
+ARG consumed (proxy variables excepted), and names the image with every tag. Failures go
+into the stream, a failed RUN with its exit code; a context refused while the steps ran
+cancels them and leaves nothing behind.
 
 Builds run side by side and never hold a lock across a step, so a build blocks no other
 request. Cancellation (the client went away): the running step's container is killed,
@@ -15,6 +19,7 @@ goes; the daemon is ready for the next build at once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -28,7 +33,7 @@ import trio
 
 from svc.build.parser import Instruction, Svcfile, parse
 from svc.engine.build import context as ctxmod
-from svc.engine.build import remote
+from svc.engine.build import early, remote
 from svc.engine.build.job import BuildSpec, Job
 from svc.engine.build.output import Message, Output, StepFailed
 from svc.engine.build.steps import dispatch
@@ -45,12 +50,17 @@ UNCLAIMED_SECONDS = 600.0
 
 @dataclass(frozen=True)
 class Received:
-    """A context unpacked and its instructions parsed, ready to build."""
+    """A context unpacked and its instructions parsed, ready to build; or, with ``arriving``,
+    the instructions file parsed from the first bytes and the rest of the context still to
+    be read from ``arriving`` while the build runs."""
 
     spec: BuildSpec
     work: Path
     ctx: ctxmod.Context
     svcfile: Svcfile
+    arriving: AsyncIterator[bytes] | None = None
+    svcfile_name: str = ""  # the instructions file read from the first bytes: its path
+    svcfile_hash: str = ""  # and its sha256
 
 
 class Builder:
@@ -95,9 +105,11 @@ class Builder:
         return spec
 
     async def receive(self, spec: BuildSpec, body: AsyncIterator[bytes]) -> Received:
-        """Unpack the context and parse its instructions file, before the response starts:
-        as with dockerd, what fails here is an HTTP error (a 400 naming the problem), not a
-        stream. The caller must hand the result to :meth:`build`, which removes it.
+        """Parse the instructions file before the response starts: as with dockerd, what
+        fails here is an HTTP error (a 400 naming the problem), not a stream. When the
+        instructions file is the context's first file (``early``) that is all that is read
+        here: the rest arrives while the build runs. Otherwise the whole context is unpacked
+        first. The caller must hand the result to :meth:`build`, which removes it.
 
         Cancellation: the partial context is removed.
         """
@@ -105,23 +117,53 @@ class Builder:
         work = self.dir / uuid.uuid4().hex
         try:
             await trio.to_thread.run_sync(partial(work.mkdir, mode=0o700))
-            svcfile_name = spec.svcfile
-            if spec.remote:
-                ctx, text_only = await remote.fetch(spec.remote, work)
-                svcfile_name = None if text_only else svcfile_name
-            else:
-                async with prefetching(body) as reader:
-                    ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader,
-                                                        work / "context")
-            name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, svcfile_name)
-            svcfile = parse(text, filename=name)
-            await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)
+            received = await self._receive(spec, body, work)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(partial(_remove_work, work))
             raise
         self.unclaimed[work] = trio.current_time()
+        return received
+
+    async def _receive(self, spec: BuildSpec, body: AsyncIterator[bytes],
+                       work: Path) -> Received:
+        svcfile_name = spec.svcfile
+        if spec.remote:
+            ctx, text_only = await remote.fetch(spec.remote, work)
+            svcfile_name = None if text_only else svcfile_name
+        else:
+            rest = aiter(body)
+            peeked = await early.peek(rest, spec.svcfile)
+            if peeked.first is not None:
+                name, data = peeked.first
+                text = data.decode("utf-8", errors="replace")
+                if not text.strip():
+                    raise ctxmod.ContextError(f"The Dockerfile ({name}) cannot be empty")
+                return Received(spec, work, ctxmod.Context(work / "context", work=work),
+                                parse(text, filename=name), early.replay(peeked, rest),
+                                name, hashlib.sha256(data).hexdigest())
+            async with prefetching(early.replay(peeked, rest)) as reader:
+                ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader, work / "context")
+        name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, svcfile_name)
+        svcfile = parse(text, filename=name)
+        await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)
         return Received(spec, work, ctx, svcfile)
+
+    async def _arrive(self, received: Received, job: Job) -> None:
+        """The rest of a context whose build has begun: unpacked into the job's context,
+        checked (the instructions file the build runs is the one the context holds), the
+        ignore file applied; then COPY and ADD may go on (``job.arrived``). A refused context
+        raises, which cancels the build."""
+        assert received.arriving is not None
+        ctx = received.ctx
+        async with prefetching(received.arriving) as reader:
+            await trio.to_thread.run_sync(ctxmod.unpack, reader, ctx.root, ctx)
+        name = received.svcfile_name
+        if ctx.hashes.get(name) != received.svcfile_hash:
+            raise ctxmod.ContextError(f"invalid build context: the instructions file {name} "
+                                      "appears more than once in it")
+        await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)
+        job.arrived.set()
 
     async def _sweep_unclaimed(self) -> None:
         now = trio.current_time()
@@ -144,14 +186,22 @@ class Builder:
             instructions = list(received.svcfile.instructions)
             if spec.labels:
                 instructions.append(_labels(spec.labels, job.escape))
-            image_id = await self._steps(job, instructions)
-            await self._tag(job, image_id)
+            async with trio.open_nursery() as cleanup:
+                job.cleanup = cleanup
+                if received.arriving is None:
+                    image_id = await self._steps(job, instructions)
+                else:
+                    image_id = await self._steps_arriving(received, job, instructions)
+                await self._tag(job, image_id)
             await out.result(image_id, [r.familiar_string() for r in spec.tags])
             return image_id
         except BaseException as exc:
-            if _cancelled(exc):
+            refused = _refused(exc)
+            if _cancelled(exc) or refused is not None:
                 if job is not None:
                     await job.discard()
+                if refused is not None:
+                    raise refused from None
                 raise
             if job is not None and spec.forcerm:
                 await job.remove_temp(say=False)
@@ -172,6 +222,24 @@ class Builder:
         if job.image is None or job.scratch:
             raise StepFailed("No image was generated. Is your Dockerfile empty?")
         return job.image.id
+
+    async def _steps_arriving(self, received: Received, job: Job,
+                              instructions: list[Instruction]) -> str:
+        """The steps while the context arrives. A refused context cancels them (and the
+        build leaves nothing behind); a failed step lets the upload finish first (the client
+        is still sending it), then fails the build."""
+        job.arrived = trio.Event()
+        failure: Exception | None = None
+        image_id = ""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._arrive, received, job)
+            try:
+                image_id = await self._steps(job, instructions)
+            except Exception as exc:  # noqa: BLE001 - raised once the context is in
+                failure = exc
+        if failure is not None:
+            raise failure
+        return image_id
 
     async def _tag(self, job: Job, image_id: str) -> None:
         image = self.images.images[image_id]
@@ -198,6 +266,15 @@ def _quote(s: str, escape: str = "\\") -> str:
     tail = len(s) - len(body)
     return ('"' + body.replace('"', escape + '"').replace("$", escape + "$") + '"'
             + escape * 2 * tail)
+
+
+def _refused(exc: BaseException) -> ctxmod.ContextError | None:
+    """The context error that ended a build whose context was still arriving."""
+    found: BaseException | None = exc
+    while isinstance(found, BaseExceptionGroup):
+        group = found.subgroup(ctxmod.ContextError)
+        found = group.exceptions[0] if group is not None else None
+    return found if isinstance(found, ctxmod.ContextError) else None
 
 
 def _cancelled(exc: BaseException) -> bool:

@@ -22,7 +22,7 @@ import httpx
 import trio
 
 from svc.build.parser import Instruction
-from svc.engine.build import imaging, sources
+from svc.engine.build import copylayer, imaging, sources
 from svc.engine.build.archives import archive_tar
 from svc.engine.build.job import Job
 from svc.engine.build.output import StepFailed, StreamText
@@ -31,6 +31,7 @@ from svc.engine.images.service import Image
 from svc.engine.streams import ThreadWriter
 from svc.errors import SvcError
 from svc.models.containers import CreateBody
+from svc.storage.layers import StagedLayer
 from svc.storage.securejoin import secure_join
 from svc.wire.stdcopy import STDERR
 
@@ -166,6 +167,7 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
         raise StepFailed(f"{cmd} requires at least two arguments")
     owner = _chown(inst)
     image = job.require_image(cmd)
+    await job.arrived.wait()
     srcs, dest = args[:-1], args[-1]
     dest_abs = destination(dest, str(job.config.get("WorkingDir") or "/"))
     found, downloaded = await _gather(job, cmd, srcs, dest)
@@ -182,6 +184,9 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     archives = [s for s in found if cmd == "ADD" and not s.is_dir and s.path not in downloaded
                 and await trio.to_thread.run_sync(sources.is_archive, s.path)]
     plain = [s for s in found if s not in archives]
+    if not archives:
+        await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe)
+        return
     dest_is_dir = bool(archives) or await _is_dir(job, c, dest_abs)
     members = sources.plan(plain, dest_abs, dest_is_dir)
     if members:
@@ -192,6 +197,57 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
         await _put(job, c, dest_abs, partial(archive_tar, archive.path, owner=owner,
                                              disk=c.upper_dir))
     await _commit(job, c, probe)
+
+
+async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.Source],
+                         dest_abs: str, owner: tuple[int, int] | None,
+                         probe: dict[str, Any]) -> None:
+    """The step's layer laid out directly in the layer store (``copylayer``), the image's
+    root (``c``'s, never started) mounted for the look-ups of where things go."""
+    store = job.images.layers
+    async with job.containers.fs.root(c, volumes=False):
+        dest_is_dir = await trio.to_thread.run_sync(_dir_in, c.rootfs, dest_abs)
+        members = sources.plan(plain, dest_abs, dest_is_dir)
+        placement = copylayer.Placement(Path("/"), c.rootfs, owner or (0, 0), job.ctx.given,
+                                        cmd)
+
+        def fill(diff: Path) -> None:
+            placement.diff = os.fspath(diff)
+            for host, name in members:
+                placement.place(host, name)
+
+        try:
+            staged = await trio.to_thread.run_sync(store.stage_dir, fill)
+        except OSError as exc:
+            raise StepFailed(f"{cmd} failed: {exc}") from None
+    await commit_staged(job, c, staged, probe)
+
+
+async def commit_staged(job: Job, c: Container, staged: StagedLayer,
+                        probe: dict[str, Any]) -> None:
+    """The staged layer into the store on top of the current image, and the step's image
+    made of it. Cancellation: the staged dir goes; a layer committed but not yet used by an
+    image is released (removed when nothing else holds it)."""
+    image = job.require_image("commit")
+    store = job.images.layers
+    try:
+        async with job.images.layer_lock:
+            parent = image.chain[-1] if image.chain else None
+            layer = await trio.to_thread.run_sync(store.commit, staged, parent)
+            job.images.pins[layer.chain_id] += 1
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(store.discard, staged)
+    try:
+        config = imaging.step_config(image, {**job.config, "Image": probe["Image"]}, probe,
+                                     author=job.author, created_ns=time.time_ns(),
+                                     diff_id=layer.diff_id, container_id=c.id)
+        async with job.images.lock:
+            new = await job.images.commit_image(config, [*image.chain, layer.chain_id],
+                                                image.id)
+    finally:
+        await job.images.release_layers([layer.chain_id])
+    job.adopt(new)
 
 
 async def _gather(job: Job, cmd: str, srcs: list[str],

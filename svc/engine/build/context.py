@@ -23,6 +23,7 @@ import os
 import posixpath
 import shutil
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +31,7 @@ from typing import IO, Any
 from svc.build.ignore import IGNORE_FILES, PatternMatcher, read_patterns
 from svc.errors import InvalidParameter
 from svc.storage.compression import open_decompressed
+from svc.storage.layerworker import Worker
 
 MAX_ENTRIES = 1_000_000
 MAX_BYTES = 16 << 30
@@ -51,6 +53,8 @@ class Context:
     hashes: dict[str, str] = field(default_factory=dict)  # "a/b" -> hex digest
     received: int = 0  # bytes of the body read
     size: int = 0  # bytes written
+    # context inodes hard-linked into a layer by a COPY (and how often): not linked again
+    given: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def ignore_matcher(self) -> PatternMatcher | None:
         for name in IGNORE_FILES:
@@ -97,13 +101,50 @@ def clean_name(name: str) -> str:
     return cleaned
 
 
+def _payload(tar: tarfile.TarFile, m: tarfile.TarInfo, plain: IO[bytes]) -> Iterator[bytes]:
+    """A member's data, read straight from ``plain`` in large pieces: tarfile's stream reads
+    its source in 10 KiB blocks and joins them (most of the time a large file cost). What
+    tarfile holds read ahead comes first, and its position is moved on as if it had read the
+    data, so its next header is found where it expects. A sparse file, or any other stream:
+    ``extractfile``."""
+    stream: Any = tar.fileobj
+    direct = (getattr(stream, "comptype", None) == "tar" and stream.fileobj is plain
+              and isinstance(getattr(stream, "buf", None), bytes)
+              and isinstance(getattr(stream, "pos", None), int))
+    if m.issparse() or not direct:
+        src = tar.extractfile(m)
+        assert src is not None
+        while data := src.read(READ):
+            yield data
+        return
+    held = stream.buf
+    take = held[:m.size]
+    stream.buf = held[len(take):]
+    stream.pos += len(take)
+    if take:
+        yield take
+    left = m.size - len(take)
+    while left:
+        data = plain.read(min(left, READ))
+        if not data:
+            raise tarfile.ReadError("unexpected end of data")
+        stream.pos += len(data)
+        left -= len(data)
+        yield data
+
+
 class _Unpacker:
-    def __init__(self, ctx: Context, counting: _Counting) -> None:
+    def __init__(self, ctx: Context, counting: _Counting, plain: IO[bytes],
+                 worker: Worker) -> None:
         self.ctx = ctx
         self.counting = counting
+        self.plain = plain
         self.links: set[str] = set()  # symlinks of the archive
         self.entries = 0
         self.dir_modes: dict[Path, int] = {}  # applied at the end: writing needs u+rwx
+        # files' sha256, computed in a helper thread beside the writes; final at the end
+        self.worker = worker
+        self.pending: dict[str, Any] = {}
 
     def add(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> None:
         self.entries += 1
@@ -123,6 +164,7 @@ class _Unpacker:
             self._clear(target)
         self.links.discard(rel)
         self.ctx.hashes.pop(rel, None)
+        self.pending.pop(rel, None)
         if m.isdir():
             target.mkdir(exist_ok=True)
             os.chmod(target, (m.mode & 0o7777) | 0o700)
@@ -139,7 +181,11 @@ class _Unpacker:
         os.utime(target, (m.mtime, m.mtime), follow_symlinks=False)
 
     def finish(self) -> None:
-        """Directories get their own modes back (deepest first), once nothing is written."""
+        """The files' digests; directories get their own modes back (deepest first), once
+        nothing is written."""
+        self.worker.close()
+        for rel, digest in self.pending.items():
+            self.ctx.hashes[rel] = digest.hexdigest()
         for path in sorted(self.dir_modes, key=lambda p: len(p.parts), reverse=True):
             if path.is_dir() and not path.is_symlink():
                 os.chmod(path, self.dir_modes[path])
@@ -161,21 +207,20 @@ class _Unpacker:
             raise ContextError(f"invalid build context: the hard link {m.name!r} points to "
                                f"{m.linkname!r}, which is not a file of the context")
         os.link(source, target)
-        self.ctx.hashes[rel] = self.ctx.hashes.get(src, "")
+        if src in self.pending:
+            self.pending[rel] = self.pending[src]
 
     def _file(self, tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, target: Path) -> None:
         check_room(self.ctx.size, m.size, m.name, self.ctx.root, "build context")
-        src = tar.extractfile(m)
-        assert src is not None
         digest = hashlib.sha256()
+        self.pending[rel] = digest
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
-            while data := src.read(READ):
-                digest.update(data)
+            for data in _payload(tar, m, self.plain):
+                self.worker.submit(digest.update, data)
                 out.write(data)
                 self.ctx.size += len(data)
         os.chmod(target, m.mode & 0o7777)
-        self.ctx.hashes[rel] = digest.hexdigest()
 
 
 def check_room(done: int, size: int, name: str, disk: Path, what: str) -> None:
@@ -190,8 +235,9 @@ def check_room(done: int, size: int, name: str, disk: Path, what: str) -> None:
                            "daemon's disk")
 
 
-def unpack(body: IO[bytes] | Any, root: Path) -> Context:
-    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700).
+def unpack(body: IO[bytes] | Any, root: Path, ctx: Context | None = None) -> Context:
+    """Unpack the context read from ``body`` into ``root`` (made here, mode 0700), into
+    ``ctx`` if given (a build already running on it: ``Builder.build``).
 
     An archive that stops after its last member's data, without that member's padding and
     the end-of-archive blocks, is taken as complete: the docker CLI 28 sends exactly that
@@ -199,20 +245,37 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
     the tar writer). Anything cut earlier is refused.
     """
     root.mkdir(mode=0o700)
-    ctx = Context(root, work=root.parent)
+    ctx = ctx or Context(root, work=root.parent)
     counting = _Counting(body)
+    _unpack(ctx, counting)
+    ctx.received = counting.count
+    return ctx
+
+
+def _unpack(ctx: Context, counting: _Counting) -> None:
+    worker = Worker("context-sha256")
+    try:
+        unpacker = _unpack_into(ctx, counting, worker)
+        if unpacker is not None:
+            unpacker.finish()
+    finally:
+        worker.close(check=False)  # idempotent; the hashing thread stops
+
+
+def _unpack_into(ctx: Context, counting: _Counting, worker: Worker) -> _Unpacker | None:
     plain: _Counting | None = None
-    unpacker = _Unpacker(ctx, counting)
+    unpacker: _Unpacker | None = None
     data_end = 0  # where the last member's data ended in the uncompressed stream
     try:
         plain = _Counting(open_decompressed(counting))  # type: ignore[arg-type]
+        unpacker = _Unpacker(ctx, counting, plain, worker)  # type: ignore[arg-type]
         with tarfile.open(fileobj=plain, mode="r|") as tar:  # type: ignore[call-overload]
             for member in tar:
                 unpacker.add(tar, member)
                 data_end = member.offset_data + (member.size if member.isreg() else 0)
     except tarfile.ReadError as exc:
         if counting.count == 0:
-            return ctx  # an empty body: an empty context (the instructions file is missing)
+            return None  # an empty body: an empty context (the instructions file is missing)
         if not (data_end and plain is not None and plain.count <= -(-data_end // 512) * 512):
             raise ContextError(f"the build context is not a valid tar archive: {exc}") \
                 from None
@@ -223,9 +286,7 @@ def unpack(body: IO[bytes] | Any, root: Path) -> Context:
                            f"{str(exc).removeprefix('invalid layer archive: ')}") from None
     except (EOFError, OSError) as exc:
         raise ContextError(f"the build context cannot be read: {exc}") from None
-    unpacker.finish()
-    ctx.received = counting.count
-    return ctx
+    return unpacker
 
 
 def read_svcfile(ctx: Context, name: str | None) -> tuple[str, str]:

@@ -75,6 +75,12 @@ class Job:
         self.cache_busted = spec.nocache
         self.made: list[Image] = []
         self.temp: list[Container] = []  # intermediate containers, removed after the step
+        # set once the whole context is in (COPY and ADD wait for it; it streams in while
+        # the steps before them run: ``Builder.build``)
+        self.arrived = trio.Event()
+        self.arrived.set()
+        # where intermediate containers are removed while the next step runs (None: at once)
+        self.cleanup: trio.Nursery | None = None
 
     # -- environment ------------------------------------------------------------------------
 
@@ -155,15 +161,24 @@ class Job:
             await self.remove_temp(say=True)
 
     async def remove_temp(self, *, say: bool) -> None:
+        """The intermediate containers go: while the next step runs when the build has a
+        ``cleanup`` nursery and ``say`` (a step ended; the build waits for them before its
+        result), else at once. A removal is never cancelled half-way."""
         while self.temp:
             c = self.temp.pop(0)
             if say:
                 await self.out.line(f"Removing intermediate container {c.short_id}")
-            with trio.CancelScope(shield=True):
-                try:
-                    await self.containers.remove(c, force=True, volumes=True)
-                except SvcError as exc:
-                    log.warning("removing intermediate container %s: %s", c.short_id, exc)
+            if say and self.cleanup is not None:
+                self.cleanup.start_soon(self._remove, c)
+            else:
+                await self._remove(c)
+
+    async def _remove(self, c: Container) -> None:
+        with trio.CancelScope(shield=True):
+            try:
+                await self.containers.remove(c, force=True, volumes=True)
+            except SvcError as exc:
+                log.warning("removing intermediate container %s: %s", c.short_id, exc)
 
     async def discard(self) -> None:
         """The build was cancelled: its containers and the images it made go."""
