@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
-import httpx
 import trio
 
 from svc.build.parser import Instruction
 from svc.engine.build import copylayer, imaging, sources
 from svc.engine.build.archives import archive_tar
+from svc.engine.build.fetch import fetch_to
 from svc.engine.build.job import Job
 from svc.engine.build.output import StepFailed, StreamText
 from svc.engine.containers.container import Container
@@ -127,21 +127,8 @@ async def _download(job: Job, url: str, dest: str) -> sources.Source:
     folder = (job.ctx.work or job.ctx.root.parent) / "urls"
     await trio.to_thread.run_sync(partial(folder.mkdir, exist_ok=True))
     path = folder / f"{len(os.listdir(folder))}-{name or 'download'}"
-    size = 0
-    try:
-        async with httpx.AsyncClient(timeout=URL_TIMEOUT, follow_redirects=True) as client, \
-                client.stream("GET", url) as r:
-            if r.status_code != 200:
-                raise StepFailed(f"ADD failed: {url}: HTTP {r.status_code}")
-            with open(path, "wb") as f:  # noqa: ASYNC230 - small writes into a fresh file
-                async for chunk in r.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_URL_BYTES:
-                        raise StepFailed(f"ADD failed: {url} is larger than "
-                                         f"{MAX_URL_BYTES >> 30} GiB")
-                    f.write(chunk)
-    except httpx.HTTPError as exc:
-        raise StepFailed(f"ADD failed: cannot download {url}: {exc}") from None
+    await fetch_to(url, path, limit=MAX_URL_BYTES, io_timeout=URL_TIMEOUT,
+                   fail=lambda m: StepFailed(f"ADD failed: {m}"))
     os.chmod(path, 0o600)
     return sources.Source(name or "download", path, False)
 

@@ -22,10 +22,10 @@ import subprocess
 from functools import partial
 from pathlib import Path
 
-import httpx
 import trio
 
 from svc.engine.build.context import MAX_BYTES, Context, ContextError, unpack
+from svc.engine.build.fetch import fetch_to
 from svc.engine.build.sources import is_archive
 
 GIT_SECONDS = 300
@@ -66,24 +66,8 @@ async def fetch(url: str, work: Path) -> tuple[Context, bool]:
 
 
 async def _download(url: str, dest: Path) -> None:
-    size = 0
-    try:
-        with trio.fail_after(DOWNLOAD_SECONDS):
-            async with httpx.AsyncClient(follow_redirects=True, timeout=60) as client, \
-                    client.stream("GET", url) as r:
-                if r.status_code != 200:
-                    raise ContextError(f"remote: {url}: HTTP {r.status_code}")
-                with open(dest, "wb") as f:  # noqa: ASYNC230 - a fresh local file
-                    async for chunk in r.aiter_bytes():
-                        size += len(chunk)
-                        if size > MAX_BYTES:
-                            raise ContextError(f"remote: {url} is larger than "
-                                               f"{MAX_BYTES >> 30} GiB")
-                        f.write(chunk)
-    except httpx.HTTPError as exc:
-        raise ContextError(f"remote: cannot download {url}: {exc}") from None
-    except trio.TooSlowError:
-        raise ContextError(f"remote: {url} took more than {DOWNLOAD_SECONDS} s") from None
+    await fetch_to(url, dest, limit=MAX_BYTES, deadline=DOWNLOAD_SECONDS,
+                   fail=lambda m: ContextError(f"remote: {m}"))
 
 
 def _split_fragment(url: str) -> tuple[str, str, str]:
