@@ -14,8 +14,7 @@ import trio
 
 from tests.conftest import http_client
 from tests.runtime.conftest import skip_reason
-from tests.support import images as timg
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, with_busybox
 
 IMAGE = "busybox:latest"
 
@@ -24,19 +23,8 @@ IMAGE = "busybox:latest"
 def cdaemon() -> Iterator[Daemon]:
     if reason := skip_reason():
         pytest.skip(reason)
-    d = Daemon().start()
-    try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
-                          base_url="http://svc", timeout=60) as c:
-            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                 "tag": "latest"},
-                       content=timg.busybox_rootfs_tar(),
-                       headers={"Content-Type": "application/x-tar"})
-            assert r.status_code == 200 and "error" not in r.text, r.text
+    with with_busybox() as d:
         yield d
-        assert not d.forked_without_exec(), d.log()
-    finally:
-        d.cleanup()
 
 
 @pytest.fixture

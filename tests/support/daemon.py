@@ -11,8 +11,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import httpx
+
+from tests.support import images as timg
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,6 +161,26 @@ def running(args: Sequence[str] = (), **kw: object):  # type: ignore[no-untyped-
     try:
         d.start()
         yield d
+    finally:
+        d.cleanup()
+
+
+@contextlib.contextmanager
+def with_busybox() -> Iterator[Daemon]:
+    """A started daemon holding ``busybox:latest`` (imported through the API), checked at
+    the end for forks without exec, and cleaned up whatever happened: the module fixture of
+    the container and build tests."""
+    d = Daemon().start()
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
+                          base_url="http://svc", timeout=60) as c:
+            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                                 "tag": "latest"},
+                       content=timg.busybox_rootfs_tar(),
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 200 and "error" not in r.text, r.text
+        yield d
+        assert not d.forked_without_exec(), d.log()
     finally:
         d.cleanup()
 
