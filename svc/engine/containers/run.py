@@ -47,8 +47,6 @@ from svc.storage.securejoin import mkdir_all
 log = logging.getLogger("svc.engine.containers")
 
 
-
-
 class StartError(InvalidParameter):
     """The container's own configuration made the runtime fail (no such binary...)."""
 
@@ -224,8 +222,9 @@ class Runner:
                                                  embedded_dns, link_hosts, link_env)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
-            with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
-                await self.runtime.delete(c.id, force=True)
+            if self.runtime.has_state(c.id):  # a leftover of a crash (one stat, else none)
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.delete(c.id, force=True)
             if c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
