@@ -177,7 +177,8 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
 
     The peer is created in the namespace rather than moved there: moving a link between
     namespaces waits for an RCU grace period in the kernel (some 18 ms here), creating it
-    there does not, and it needs no rename either.
+    there does not, and it needs no rename either; the host end is made on the bridge and up
+    in the same request.
 
     On failure the host end is deleted (taking its peer along) and NetworkError is raised.
     """
@@ -186,10 +187,8 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
             br = ip.link_lookup(ifname=bridge)
             if not br:
                 raise NetworkError(f"the bridge {bridge} does not exist")
-            ip.link("add", ifname=ep.host_if, kind="veth",
+            ip.link("add", ifname=ep.host_if, kind="veth", master=br[0], state="up",
                     peer={"ifname": ep.ifname, "address": ep.mac, "net_ns_pid": pid})
-            host = ip.link_lookup(ifname=ep.host_if)[0]
-            ip.link("set", index=host, master=br[0], state="up")
         in_netns(pid, lambda: _configure_inside(ep, default_route))
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
