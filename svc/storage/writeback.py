@@ -26,6 +26,3 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     effort: a file system or libc without it is left to the kernel's own write-back."""
     if _sync_file_range is not None:
         _sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)
-
-
-

@@ -228,6 +228,9 @@ class _Unpacker:
                     out.flush()
                     start_writeback(fd, flushed, written - flushed)
                     flushed = written
+            if flushed and written > flushed:  # a large file's tail too
+                out.flush()
+                start_writeback(fd, flushed, 0)
         os.chmod(target, m.mode & 0o7777)
 
 
