@@ -1,8 +1,10 @@
 """A container's root filesystem: the overlay mount over image layers, unmounting, leftovers.
 
-``mount_overlay`` runs mount(8) with ``cwd=<layer root>`` so that ``lowerdir=`` can name the
-layers by their short relative links (``l/ABC...:l/DEF...``) and stay under the one-page limit of
-mount(2)'s data even with 100+ layers (docker's overlay2 does the same). A ``chdir`` inside the
+``mount_overlay`` calls mount(2) itself (from a worker thread) when the options, with every
+path absolute, fit in the one page mount(2) takes: a mount(8) process costs some milliseconds
+on each container start. Otherwise it runs mount(8) with ``cwd=<layer root>`` so that
+``lowerdir=`` can name the layers by their short relative links (``l/ABC...:l/DEF...``) and stay
+under that limit even with 100+ layers (docker's overlay2 does the same). A ``chdir`` inside the
 daemon would change the cwd of every thread, hence the child process.
 """
 
@@ -61,11 +63,16 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def _mount_data(layer_root: Path, lower_dirs: Sequence[str], upper: Path,
-                work: Path) -> tuple[Path, str]:
-    root = layer_root.resolve()
-    return root, overlay_options(lower_dirs, _relative(upper.resolve(), root),
-                                 _relative(work.resolve(), root),
-                                 features=supported_off_features())
+                work: Path) -> tuple[Path, str, str]:
+    """The layer root, the mount data relative to it (for mount(8) run there) and the same
+    with every path absolute (for mount(2) from the daemon)."""
+    root, features = layer_root.resolve(), supported_off_features()
+    upper, work = upper.resolve(), work.resolve()
+    relative = overlay_options(lower_dirs, _relative(upper, root), _relative(work, root),
+                               features=features)
+    absolute = overlay_options([os.path.join(root, d) for d in lower_dirs], str(upper),
+                               str(work), features=features)
+    return root, relative, absolute
 
 
 async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path, work: Path,
@@ -75,12 +82,16 @@ async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path
     ``upper`` and ``work`` must exist on one filesystem; ``target`` must exist.
 
     Raises:
-        SystemError_: mount(8) failed (its message; the kernel's reason is in dmesg), or the
-            options exceed a page.
+        SystemError_: mount(2) or mount(8) failed (its reason; the kernel's details are in
+            dmesg), or the options exceed a page.
 
-    Cancellation: mount(8) is killed; the overlay may be mounted (``unmount`` is harmless).
+    Cancellation: mount(2) runs to its end; mount(8) is killed. Either way the overlay may
+    be mounted (``unmount`` is harmless).
     """
-    root, data = _mount_data(layer_root, lower_dirs, upper, work)
+    root, data, direct = _mount_data(layer_root, lower_dirs, upper, work)
+    if len(direct) < _PAGE:
+        await trio.to_thread.run_sync(_mount_syscall, "overlay", target, "overlay", direct)
+        return
     if len(data) >= _PAGE:
         raise SystemError_(f"overlay mount options for {target} are {len(data)} bytes, "
                            f"over the {_PAGE}-byte limit: too many layers")
@@ -91,6 +102,14 @@ async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path
         msg = result.stderr.decode(errors="replace").strip().splitlines()
         raise SystemError_(f"mounting the overlay on {target} failed: "
                            f"{msg[0] if msg else result.returncode}")
+
+
+def _mount_syscall(source: str, target: Path, fstype: str, data: str) -> None:
+    """Blocking: mount(2); SystemError_ with the kernel's reason (its details in dmesg)."""
+    if _libc.mount(source.encode(), os.fsencode(target), fstype.encode(), 0,
+                   data.encode()) != 0:
+        err = ctypes.get_errno()
+        raise SystemError_(f"mounting the overlay on {target} failed: {os.strerror(err)}")
 
 
 async def mount_device(device: str, target: Path, fstype: str, options: str) -> None:

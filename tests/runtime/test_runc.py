@@ -325,3 +325,28 @@ async def test_teardown_removes_what_a_test_leaves_behind(rt: RuncEnv) -> None:
 
 def test_runc_root_is_private(tmp_path: Path) -> None:
     assert Runc(tmp_path / "r")._argv("list")[:3] == ["runc", "--root", str(tmp_path / "r")]
+
+
+async def test_overlay_of_many_layers_mounts_through_short_relative_names(
+        rt: RuncEnv) -> None:
+    """Absolute paths of 120 layers exceed mount(2)'s page: mount(8) run in the layer root
+    takes their short relative links instead, and the union is whole."""
+    layers = rt.work / ("layers-with-a-long-name-" + "x" * 40)
+    (layers / "l").mkdir(parents=True)
+    names = []
+    for i in range(120):
+        d = layers / f"layer-{i:03d}"
+        d.mkdir()
+        (d / f"f{i:03d}").write_text(str(i))
+        link = f"L{i:03d}" + "A" * 22
+        (layers / "l" / link).symlink_to(f"../{d.name}")
+        names.append(f"l/{link}")
+    upper, work, merged = rt.work / "upper", rt.work / "work", rt.work / "merged"
+    for d in (upper, work, merged):
+        d.mkdir()
+    await mount_overlay(layers, names, upper, work, merged)
+    try:
+        assert mounts_under(merged) == [merged]
+        assert sorted(p.name for p in merged.iterdir()) == [f"f{i:03d}" for i in range(120)]
+    finally:
+        assert unmount(merged)

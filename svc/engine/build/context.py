@@ -32,12 +32,14 @@ from svc.build.ignore import IGNORE_FILES, PatternMatcher, read_patterns
 from svc.errors import InvalidParameter
 from svc.storage.compression import open_decompressed
 from svc.storage.layerworker import Worker
+from svc.storage.writeback import start_writeback
 
 MAX_ENTRIES = 1_000_000
 MAX_BYTES = 16 << 30
 RESERVE = 512 << 20  # free space left on the daemon's disk after a context file is written
 MAX_SVCFILE = 4 << 20
 READ = 1 << 20
+WRITEBACK_STEP = 8 << 20  # a large file's pages go to the disk every 8 MiB as they come
 
 
 class ContextError(InvalidParameter):
@@ -215,11 +217,20 @@ class _Unpacker:
         digest = hashlib.sha256()
         self.pending[rel] = digest
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        flushed = written = 0
         with os.fdopen(fd, "wb") as out:
             for data in _payload(tar, m, self.plain):
                 self.worker.submit(digest.update, data)
                 out.write(data)
                 self.ctx.size += len(data)
+                written += len(data)
+                if written - flushed >= WRITEBACK_STEP:  # see svc.storage.writeback
+                    out.flush()
+                    start_writeback(fd, flushed, written - flushed)
+                    flushed = written
+            if flushed and written > flushed:  # a large file's tail too
+                out.flush()
+                start_writeback(fd, flushed, 0)
         os.chmod(target, m.mode & 0o7777)
 
 

@@ -4,12 +4,15 @@ listed under (``/linker/alias``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from svc.engine.containers.container import Container
+    from svc.engine.networks.service import NetworkService
 
-from svc.errors import InvalidParameter
+from svc.engine.networks import ports
+from svc.errors import Conflict, InvalidParameter
 
 
 def parse_link(entry: str) -> tuple[str, str]:
@@ -61,3 +64,24 @@ def link_names(containers: list[Container]) -> dict[str, list[str]]:
             if target is not None:
                 out.setdefault(target, []).append(f"{c.name}/{alias}")
     return out
+
+
+def resolve_links(c: Container, resolve: Callable[[str], Container],
+                  networks: NetworkService) -> tuple[list[tuple[str, str]], list[str]]:
+    """/etc/hosts entries and variables of ``c``'s links; each linked container must run
+    on the default bridge (409 otherwise, with dockerd's words)."""
+    hosts: list[tuple[str, str]] = []
+    env: list[str] = []
+    for entry in c.host_config.Links or []:
+        name, alias = parse_link(entry)
+        other = resolve(name)
+        found = [info for net, info in networks.of_container(other.id)
+                 if net.builtin and net.name == "bridge"]
+        if other.live is None or not found:
+            raise Conflict(f"Cannot link to a non running container: {other.name} AS "
+                           f"{c.name}/{alias}")
+        ip = found[0].endpoint.address
+        hosts.append(hosts_entry(alias, other.bare_name, other.id, ip))
+        env += environment(alias, c.name, list(other.config.Env or []),
+                           ports.exposed(other.host_config, other.config), ip)
+    return hosts, env

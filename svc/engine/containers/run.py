@@ -47,8 +47,6 @@ from svc.storage.securejoin import mkdir_all
 log = logging.getLogger("svc.engine.containers")
 
 
-
-
 class StartError(InvalidParameter):
     """The container's own configuration made the runtime fail (no such binary...)."""
 
@@ -219,13 +217,14 @@ class Runner:
                              if i == 0 and c.config.MacAddress else "")
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
-            link_hosts, link_env = self._links(c)
+            link_hosts, link_env = links.resolve_links(c, self.resolve, nets)
             spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address,
                                                  embedded_dns, link_hosts, link_env)
             bundle = self.bundle_dir(c)
             await trio.to_thread.run_sync(write_bundle, bundle, spec)
-            with contextlib.suppress(RuntimeFailure):  # a leftover of a crash
-                await self.runtime.delete(c.id, force=True)
+            if self.runtime.has_state(c.id):  # a leftover of a crash (one stat, else none)
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.delete(c.id, force=True)
             if c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
@@ -264,25 +263,6 @@ class Runner:
         if other.live is None:
             raise Conflict(f"cannot join network of a non running container: {other.id}")
         return f"/proc/{other.live.pid}/ns/net"
-
-    def _links(self, c: Container) -> tuple[list[tuple[str, str]], list[str]]:
-        """/etc/hosts entries and variables of ``c``'s links; each linked container must run
-        on the default bridge (409 otherwise, with dockerd's words)."""
-        hosts: list[tuple[str, str]] = []
-        env: list[str] = []
-        for entry in c.host_config.Links or []:
-            name, alias = links.parse_link(entry)
-            other = self.resolve(name)
-            found = [info for net, info in self.networks.of_container(other.id)
-                     if net.builtin and net.name == "bridge"]
-            if other.live is None or not found:
-                raise Conflict(f"Cannot link to a non running container: {other.name} AS "
-                               f"{c.name}/{alias}")
-            ip = found[0].endpoint.address
-            hosts.append(links.hosts_entry(alias, other.bare_name, other.id, ip))
-            env += links.environment(alias, c.name, list(other.config.Env or []),
-                                     ports.exposed(other.host_config, other.config), ip)
-        return hosts, env
 
     def _prepare(self, c: Container, joined_net: str | None, address: str | None,
                  embedded_dns: bool = False, link_hosts: list[tuple[str, str]] | None = None,
@@ -342,17 +322,24 @@ class Runner:
 
     async def teardown(self, c: Container) -> None:
         """Remove runc's state (and so the cgroup), release the volumes and unmount the
-        rootfs. Idempotent."""
-        if self.runtime.has_state(c.id):  # else runc would start only to find nothing
-            with contextlib.suppress(RuntimeFailure):
-                await self.runtime.delete(c.id, force=True)
-        await self.networks.release(c.id)
+        rootfs; the network's endpoints go at the same time as runc's state (neither needs
+        the other). Idempotent."""
+        async with trio.open_nursery() as nursery:  # the network's part beside runc's
+            nursery.start_soon(self._delete_state, c)
+            await self.networks.release(c.id)
         await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
         if self.cgroups.exists(cgroup):
             await trio.to_thread.run_sync(self.cgroups.remove, cgroup)
         await self.unmount(c, unless_read=True)  # else the last archive reader unmounts
         await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
+
+    async def _delete_state(self, c: Container) -> None:
+        """runc's state and cgroup gone, its process killed if it still runs; shielded, so
+        that a failure beside it never leaves it half done."""
+        if self.runtime.has_state(c.id):  # else runc would start only to find nothing
+            with trio.CancelScope(shield=True), contextlib.suppress(RuntimeFailure):
+                await self.runtime.delete(c.id, force=True)
 
     async def unmount(self, c: Container, *, unless_used: bool = False,
                       unless_read: bool = False) -> None:
