@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -45,8 +46,10 @@ from svc.registry.errors import (
     Unreachable,
 )
 from svc.registry.transport import RegistryConfig
+from svc.storage.atomic import atomic_write
 
 log = logging.getLogger("svc.images.downloads")
+_OWNERS_LOCK = threading.Lock()  # the owners lists are read, merged and written in threads
 
 CONCURRENCY = 3  # transfers at once, as dockerd's max-concurrent-downloads
 MAX_AGE = 24 * 3600.0  # seconds a partial file is kept
@@ -265,8 +268,11 @@ class DownloadManager:
         """A partial file was kept: name the references it was for beside it (to drop it
         when they are removed or pulled in full), then mind the budget."""
         partial, owners = download.partial, download.owners
-        await trio.to_thread.run_sync(_add_owners, partial, owners)
-        await self.sweep()
+        try:
+            await trio.to_thread.run_sync(_add_owners, partial, owners)
+            await self.sweep()
+        except OSError as exc:  # a task of the engine's nursery: never take the daemon down
+            log.warning("keeping partial download %s: %s", partial, exc)
 
     async def forget_owner(self, owner: str) -> None:
         """``owner`` (a ``repo:tag``) was removed, or pulled in full: the partial files kept
@@ -352,22 +358,23 @@ def _read_owners(partial: Path) -> set[str]:
 
 
 def _write_owners(partial: Path, owners: set[str]) -> None:
-    """Atomically: a temporary file, fsync'd, renamed over the old list."""
-    target = _owners_path(partial)
-    temp = target.with_name(f".tmp-{target.name}")
-    with open(temp, "w") as f:
-        f.write("".join(f"{o}\n" for o in sorted(owners)))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, target)
+    """Atomically (the store's atomic write: a temp file of its own, fsync'd, renamed)."""
+    data = "".join(f"{o}\n" for o in sorted(owners)).encode()
+    atomic_write(_owners_path(partial), data, mode=0o644)
 
 
 def _add_owners(partial: Path, owners: set[str]) -> None:
-    if owners and partial.exists():
-        _write_owners(partial, _read_owners(partial) | owners)
+    with _OWNERS_LOCK:  # read, merge, write: one updater of the lists at a time
+        if owners and partial.exists():
+            _write_owners(partial, _read_owners(partial) | owners)
 
 
 def _drop_owner(directory: Path, owner: str, busy: Callable[[Path], bool]) -> None:
+    with _OWNERS_LOCK:
+        _drop_owner_locked(directory, owner, busy)
+
+
+def _drop_owner_locked(directory: Path, owner: str, busy: Callable[[Path], bool]) -> None:
     for sidecar in directory.glob(f"*{SUFFIX}{OWNERS}"):
         partial = sidecar.with_name(sidecar.name.removesuffix(OWNERS))
         owners = _read_owners(partial)

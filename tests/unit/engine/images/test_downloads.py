@@ -44,3 +44,21 @@ async def test_forget_removes_the_partials_of_named_blobs(tmp_path: Path) -> Non
     await m.forget([A, C])
     assert not a.exists() and b.exists()
     assert m.partial_path(A).name == "sha256-" + "a" * 64 + ".partial"
+
+
+def test_owners_lists_updated_from_many_threads_at_once_keep_every_owner(
+        tmp_path: Path) -> None:
+    """Kept partial files of concurrent pulls name their owners from worker threads at the
+    same moment: each update lands (no shared temp file renamed twice, which took the
+    daemon down), and the list ends up with every owner."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from svc.engine.images import downloads
+
+    partial = tmp_path / "sha256-ab.partial"
+    partial.write_bytes(b"x")
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: downloads._add_owners(partial, {f"repo{i}:latest"}),
+                      range(200)))
+    assert downloads._read_owners(partial) == {f"repo{i}:latest" for i in range(200)}
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
