@@ -409,6 +409,25 @@ def loaded_image(ctx: Context, what: str, seed: int) -> tuple[BuiltImage, Path]:
     return img, scratch
 
 
+def progress_post(ctx: Context, target: str,
+                  timeout: float = 300.0) -> tuple[int, list[dict[str, Any]], bytes, float, float]:
+    """POST ``target`` (a pull or a push: no body, anonymous ``X-Registry-Auth``) after a
+    ``sync``, reading the JSON progress stream to its end. Returns (status, messages, body,
+    seconds, svcd CPU %)."""
+    pid = ctx.daemon.pid
+    os.sync()  # both sides start with no dirty pages to write back
+    req = (f"POST {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: svc-bench\r\n"
+           "X-Registry-Auth: e30=\r\nContent-Length: 0\r\n\r\n")
+    with connect(ctx.daemon.socket, timeout) as sock:
+        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        sock.sendall(req.encode())
+        status, _, body = read_body(sock, keep=64 << 20)
+        seconds = time.perf_counter() - t0
+        cpu = cpu_seconds(pid) - cpu0
+    msgs = [json.loads(x) for x in body.splitlines() if x.strip()]
+    return status, msgs, body, seconds, 100 * cpu / seconds
+
+
 def svcd_save(ctx: Context, img: BuiltImage) -> tuple[OpResult, bytes]:
     pid = ctx.daemon.pid
     os.sync()

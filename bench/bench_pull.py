@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.bench_images import BuiltImage, loaded_image, read_body
+from bench.bench_images import BuiltImage, loaded_image, progress_post, read_body
 from bench.context import Context
-from bench.harness import Figure, Outcome, Target, body_of, call, connect, cpu_seconds
+from bench.harness import Figure, Outcome, Target, body_of, call, connect
 from tests.registry.registryd import Registry
 
 SEED = 0x9F5A12
@@ -49,22 +49,12 @@ FLOOR_PARALLEL = 3  # as svc.engine.images.downloads.CONCURRENCY
 
 def svcd_pull(ctx: Context, image: str) -> tuple[float, float, list[dict[str, Any]]]:
     """One pull; returns (seconds, svcd CPU %, the progress messages)."""
-    pid = ctx.daemon.pid
-    os.sync()
-    req = (f"POST /v1.23/images/create?fromImage={image}&tag=latest HTTP/1.1\r\n"
-           "Host: docker\r\nUser-Agent: svc-bench\r\nX-Registry-Auth: e30=\r\n"
-           "Content-Length: 0\r\n\r\n")
-    with connect(ctx.daemon.socket, OP_TIMEOUT) as sock:
-        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-        sock.sendall(req.encode())
-        status, _, body = read_body(sock, keep=64 << 20)
-        seconds = time.perf_counter() - t0
-        cpu = cpu_seconds(pid) - cpu0
-    msgs = [json.loads(x) for x in body.splitlines() if x.strip()]
+    status, msgs, body, seconds, cpu_pct = progress_post(
+        ctx, f"/v1.23/images/create?fromImage={image}&tag=latest", OP_TIMEOUT)
     if status != 200 or not msgs or not str(msgs[-1].get("status", "")).startswith(
             "Status: Downloaded newer image"):
         raise RuntimeError(f"pull of {image} answered {status}: {body[-600:]!r}")
-    return seconds, 100 * cpu / seconds, msgs
+    return seconds, cpu_pct, msgs
 
 
 def blob_digests(registry: Registry) -> list[str]:

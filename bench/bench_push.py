@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 import os
 import subprocess
 import time
@@ -35,9 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.bench_images import BuiltImage, loaded_image, read_body
+from bench.bench_images import BuiltImage, loaded_image, progress_post
 from bench.context import Context
-from bench.harness import Figure, Outcome, Target, body_of, call, connect, cpu_seconds
+from bench.harness import Figure, Outcome, Target, body_of, call
 from tests.registry.registryd import Registry
 
 SEED = 0x9F5A11
@@ -51,20 +50,11 @@ PIPE_READ = 1 << 20
 
 def svcd_push(ctx: Context, repo: str) -> tuple[float, float, list[dict[str, Any]]]:
     """One push; returns (seconds, svcd CPU %, the progress messages)."""
-    pid = ctx.daemon.pid
-    os.sync()  # both sides start with no dirty pages to write back (the load, the last push)
-    req = (f"POST /v1.23/images/{repo}/push?tag=latest HTTP/1.1\r\nHost: docker\r\n"
-           "User-Agent: svc-bench\r\nX-Registry-Auth: e30=\r\nContent-Length: 0\r\n\r\n")
-    with connect(ctx.daemon.socket, OP_TIMEOUT) as sock:
-        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-        sock.sendall(req.encode())
-        status, _, body = read_body(sock, keep=64 << 20)
-        seconds = time.perf_counter() - t0
-        cpu = cpu_seconds(pid) - cpu0
-    msgs = [json.loads(x) for x in body.splitlines() if x.strip()]
+    status, msgs, body, seconds, cpu_pct = progress_post(
+        ctx, f"/v1.23/images/{repo}/push?tag=latest", OP_TIMEOUT)
     if status != 200 or not msgs or "aux" not in msgs[-1]:
         raise RuntimeError(f"push of {repo} answered {status}: {body[-600:]!r}")
-    return seconds, 100 * cpu / seconds, msgs
+    return seconds, cpu_pct, msgs
 
 
 def _gzip_chunks(layer: Path, digest: Any) -> Iterator[bytes]:
