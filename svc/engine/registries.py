@@ -96,7 +96,7 @@ class Registries:
             async with RegistryClient(term.domain, config=self.config,
                                       credentials=credentials) as client:
                 found = await registry_search.search(client, term.term, limit)
-            return [SearchResult(**r.model_dump()) for r in found]
+            return found
         assert scope.cancelled_caught
         raise Unreachable(f"search on {term.domain}: no answer within "
                           f"{CALL_TIMEOUT:.0f} seconds")

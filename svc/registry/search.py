@@ -14,8 +14,9 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from svc.models.images import SearchResult
 from svc.registry.auth import CATALOG_SCOPE
 from svc.registry.client import RegistryClient
 from svc.registry.errors import RegistryError, Unreachable
@@ -24,16 +25,6 @@ from svc.registry.transport import HUB_DOMAIN, HUB_INDEX
 CATALOG_PAGE = 100
 CATALOG_MAX_PAGES = 100
 _NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
-
-
-class SearchResult(BaseModel):
-    """One search hit, in the Engine API's shape."""
-
-    name: str
-    description: str = ""
-    star_count: int = 0
-    is_official: bool = False
-    is_automated: bool = False
 
 
 async def search(client: RegistryClient, term: str, limit: int = 25) -> list[SearchResult]:
