@@ -4,7 +4,8 @@ beside the floor.
 The context (a directory on disk, as the CLI reads it): an instructions file and a 50 MB
 file of random bytes. The build has 10 steps: FROM busybox, ENV, LABEL, WORKDIR, COPY of the
 50 MB file, two RUNs (``wc -c`` over the copied file, ``echo > file``), EXPOSE, ENV, CMD.
-The body is what the CLI sends: ``tar -c`` of the directory, read by the clock.
+The body is what the CLI sends: ``tar -c`` of the directory, read by the clock, each piece
+sent as one HTTP chunk without a copy (``_send_chunked``).
 
 * **cold**: ``POST /v1.23/build?nocache=1`` (every step runs; its images are new), the whole
   stream read; best of ``REPS``.
@@ -19,12 +20,16 @@ Targets: warm < 300 ms; cold <= 1.5 x the floor.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from bench.bench_containers import busybox_bundle, remove_floor_cgroups, runc_run
 from bench.bench_images import read_body
@@ -86,8 +91,7 @@ def _svcd_build(ctx: Context, context_dir: Path, query: str) -> tuple[float, Mes
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         assert tar.stdout is not None
         with tar.stdout as out:
-            while chunk := out.read1(1 << 20):
-                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            _send_chunked(sock, out)
         sock.sendall(b"0\r\n\r\n")
         tar.wait()
         status, _, body = read_body(sock, keep=4 << 20)
@@ -96,6 +100,21 @@ def _svcd_build(ctx: Context, context_dir: Path, query: str) -> tuple[float, Mes
     if status != 200 or not msgs or any("error" in m for m in msgs):
         raise RuntimeError(f"build answered {status}: {body[-600:]!r}")
     return seconds, msgs
+
+
+def _send_chunked(sock: socket.socket, out: BinaryIO) -> None:
+    """Each piece of the pipe ``out`` as one HTTP chunk, without copying it: the client must
+    not be what the figure measures (joining each 64 KiB read into a framed copy, as
+    ``sendall(b"%x\\r\\n%s\\r\\n" % ...)`` does, took 0.16-0.24 s for 50 MB here, three times
+    ``tar -c | tar -x``). The pipe is widened to 1 MiB so that a read takes more at once."""
+    with contextlib.suppress(OSError):  # a kernel that refuses keeps 64 KiB pieces
+        fcntl.fcntl(out.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    while chunk := out.read1(1 << 20):  # type: ignore[attr-defined]
+        parts = [b"%x\r\n" % len(chunk), chunk, b"\r\n"]
+        total = len(chunk) + len(parts[0]) + 2
+        sent = sock.sendmsg(parts)
+        if sent < total:  # a socket with a timeout may take part of it
+            sock.sendall(b"".join(parts)[sent:])
 
 
 def _floor(ctx: Context, context_dir: Path) -> float:
