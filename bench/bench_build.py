@@ -29,7 +29,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from bench.bench_containers import busybox_bundle, remove_floor_cgroups, runc_run
 from bench.bench_images import read_body
@@ -102,7 +102,7 @@ def _svcd_build(ctx: Context, context_dir: Path, query: str) -> tuple[float, Mes
     return seconds, msgs
 
 
-def _send_chunked(sock: socket.socket, out: BinaryIO) -> None:
+def _send_chunked(sock: socket.socket, out: IO[bytes]) -> None:
     """Each piece of the pipe ``out`` as one HTTP chunk, without copying it: the client must
     not be what the figure measures (joining each 64 KiB read into a framed copy, as
     ``sendall(b"%x\\r\\n%s\\r\\n" % ...)`` does, took 0.16-0.24 s for 50 MB here, three times

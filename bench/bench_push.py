@@ -62,7 +62,7 @@ def _gzip_chunks(layer: Path, digest: Any) -> Iterator[bytes]:
                             stdin=subprocess.DEVNULL)
     assert proc.stdout is not None
     with proc.stdout as out:
-        while chunk := out.read1(PIPE_READ):
+        while chunk := out.read1(PIPE_READ):  # type: ignore[attr-defined]
             digest.update(chunk)
             yield chunk
     if proc.wait() != 0:
