@@ -83,9 +83,11 @@ async def run_step(job: Job, cmd: list[str]) -> None:
 
 
 async def _run_streaming(job: Job, c: Container) -> int:
-    """Start ``c`` and pass its output on as it comes; its exit code."""
+    """Start ``c`` and pass its output on as it comes; its exit code, as soon as the process
+    has ended (the commit goes on while the supervisor tears the container down)."""
     attachment = c.hub.subscribe(stdout=True, stderr=True)
     text = {1: StreamText(), STDERR: StreamText()}
+    exits = c.exits
     try:
         await job.containers.start(c)
         while (chunks := await attachment.take()) is not None:
@@ -97,7 +99,7 @@ async def _run_streaming(job: Job, c: Container) -> int:
                     await job.out.stdout(decoded)
     finally:
         attachment.close()
-    return await job.containers.wait_exit(c)
+    return await job.containers.wait_ended(c, exits)
 
 
 # -- COPY / ADD -----------------------------------------------------------------------------

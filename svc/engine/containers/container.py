@@ -72,6 +72,11 @@ class Live:
     # removes its exec fifo after the process runs (and failed when runc delete took it
     # first), and ``die`` must follow ``start``
     launched: trio.Event | None = None
+    # set once the process has exited and its output is delivered, before the teardown and
+    # the recorded exit: ``code`` is the exit code then. The builder commits the container's
+    # file system from here while the supervisor tears it down
+    ended: trio.Event = field(default_factory=trio.Event)
+    code: int = -1
 
 
 @dataclass

@@ -51,6 +51,19 @@ class Lifecycle:
                 return c.state.exit_code
             await changed.wait()
 
+    async def wait_ended(self, c: Container, after: int) -> int:
+        """The exit code of the run that follows exit number ``after``, as soon as its
+        process has exited and its output is delivered: before the supervisor has torn the
+        container down and recorded the exit. Enough for a commit of its file system (the
+        builder's), not for a removal. The recorded exit when it has come already.
+
+        Cancellation: a checkpoint; nothing is left behind."""
+        live = c.live
+        if live is not None and c.exits == after:
+            await live.ended.wait()
+            return live.code
+        return await self.wait_exit(c, after)
+
     async def wait_live_exit(self, c: Container, timeout: float | None) -> bool:
         """Wait for the current process to exit; False on timeout."""
         live = c.live

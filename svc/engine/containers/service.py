@@ -220,6 +220,9 @@ class ContainerService:
     async def wait_exit(self, c: Container, after: int | None = None) -> int:
         return await self.lifecycle.wait_exit(c, after)
 
+    async def wait_ended(self, c: Container, after: int) -> int:
+        return await self.lifecycle.wait_ended(c, after)
+
     async def stop(self, c: Container, timeout: int | None) -> None:
         await self.lifecycle.stop(c, timeout)
 

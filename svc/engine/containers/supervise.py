@@ -100,6 +100,8 @@ class Supervisor:
                 if live.launched is not None:  # not under a runc start, and after ``start``
                     with trio.move_on_after(LAUNCH_WAIT):
                         await live.launched.wait()
+                live.code = live.start_failure[0] if live.start_failure is not None else code
+                live.ended.set()
                 await self.teardown(c)
                 if live.start_failure is not None:
                     code, c.state.error = live.start_failure

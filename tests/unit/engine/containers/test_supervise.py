@@ -103,3 +103,33 @@ async def test_a_process_that_exits_at_once_is_not_torn_down_under_runc_start(
         with trio.fail_after(5):
             await live.exited.wait()
     assert torn_down.is_set()
+
+
+async def test_the_end_of_the_process_is_known_before_the_teardown(tmp_path: Any) -> None:
+    """``Live.ended`` (and the exit code) come as soon as the process has exited, while the
+    teardown still runs: the builder commits a RUN step's container from there. The
+    recorded exit (``exited``, the state) waits for the teardown."""
+    release = trio.Event()
+
+    async def teardown(c: Container) -> None:
+        await release.wait()
+
+    sup = Supervisor(FakeRuntime(), cast(CgroupV1, _NoCgroups()), _nothing, _nothing,
+                     event=lambda *a, **k: None, cgroup_of=lambda c: "", teardown=teardown,
+                     launch=_nothing)
+    c = _container({})
+    c.host_config.LogConfig.Type = "none"
+    c.state.status = State.RUNNING
+    pid = os.posix_spawnp("sh", ["sh", "-c", "exit 3"], os.environ)  # noqa: ASYNC221
+    live = Live(pid=pid, launched=trio.Event())
+    live.launched.set()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.supervise, c, live, cast(Any, _Pipes()))
+        with trio.fail_after(5):
+            await live.ended.wait()
+        assert live.code == 3
+        assert not live.exited.is_set() and c.state.status is State.RUNNING
+        release.set()
+        with trio.fail_after(5):
+            await live.exited.wait()
+    assert c.state.exit_code == 3 and c.state.status is State.EXITED
