@@ -326,12 +326,14 @@ def with_rlimits(limits: Sequence[Rlimit]) -> SpecOpt:
     return opt
 
 
-def with_seccomp(profile: dict[str, Any]) -> SpecOpt:
+def with_seccomp(profile: dict[str, Any], *, kernel_abis_only: bool = False) -> SpecOpt:
     """Filter system calls with ``profile`` (Docker's format), its conditions evaluated for
-    the bounding capabilities the spec holds when this option applies (apply it last)."""
+    the bounding capabilities the spec holds when this option applies (apply it last);
+    ``kernel_abis_only``: only for the ABIs this kernel runs (see ``seccomp``)."""
     def opt(spec: Spec) -> None:
         caps = list(spec["process"].get("capabilities", {}).get("bounding") or [])
-        spec.setdefault("linux", {})["seccomp"] = seccomp.to_oci(profile, caps)
+        spec.setdefault("linux", {})["seccomp"] = seccomp.to_oci(
+            profile, caps, kernel_abis_only=kernel_abis_only)
     return opt
 
 

@@ -208,9 +208,9 @@ def _security(hc: HostConfig) -> list[SpecOpt]:
     if sec.no_new_privileges:
         out.append(with_no_new_privileges())
     if not hc.Privileged and sec.seccomp != "unconfined" and seccomp.supported():
-        profile = seccomp.default_profile() if sec.seccomp == "default" \
-            else seccomp.parse_profile(sec.seccomp)
-        out.append(with_seccomp(profile))
+        default = sec.seccomp == "default"
+        profile = seccomp.default_profile() if default else seccomp.parse_profile(sec.seccomp)
+        out.append(with_seccomp(profile, kernel_abis_only=default))
     return out
 
 

@@ -33,6 +33,29 @@ def test_architectures_and_arch_conditions() -> None:
     assert _allowed(oci, "arch_prctl") and not _allowed(oci, "s390_runtime_instr")
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="checks the x86_64 arch map")
+@pytest.mark.parametrize("x32, want", [
+    (True, ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]),
+    (False, ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"]),
+])
+def test_x32_only_where_the_kernel_runs_it(monkeypatch: pytest.MonkeyPatch, x32: bool,
+                                           want: list[str]) -> None:
+    monkeypatch.setattr(seccomp, "x32_abi", lambda: x32)
+    oci = seccomp.to_oci(seccomp.default_profile(), [], kernel_abis_only=True)
+    assert oci["architectures"] == want
+    # the rules are the same either way; a user's profile is never tailored
+    assert oci["syscalls"] == seccomp.to_oci(seccomp.default_profile(), [])["syscalls"]
+    assert seccomp.to_oci(seccomp.default_profile(), [])["architectures"][-1] == \
+        "SCMP_ARCH_X32"
+
+
+def test_the_x32_probe_answers() -> None:
+    """The probe runs here (an x32 getpid: ENOSYS where the kernel has no x32 ABI)."""
+    assert seccomp.x32_abi() in (True, False)
+    if platform.machine() != "x86_64":
+        assert seccomp.x32_abi() is False
+
+
 @pytest.mark.parametrize("text", ["{", "[]", '{"defaultAction": "X"}',
                                   '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{}]}'])
 def test_bad_profiles(text: str) -> None:
