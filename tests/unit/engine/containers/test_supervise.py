@@ -77,11 +77,10 @@ class _Pipes:
         pass
 
 
-async def test_a_process_that_exits_at_once_is_not_torn_down_under_runc_start(
+async def test_a_process_that_exits_at_once_is_torn_down_after_its_start_is_recorded(
         tmp_path: Any) -> None:
-    """``runc start`` removes the exec fifo after the process runs: a ``true`` that has
-    exited by then must not have its runc state deleted first (runc start then failed with
-    'remove .../exec.fifo: no such file or directory')."""
+    """A ``true`` that has exited before the launch recorded its start is torn down (and its
+    ``die`` sent) only after that: ``die`` never precedes ``start``."""
     torn_down = trio.Event()
 
     async def teardown(c: Container) -> None:
