@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -77,6 +78,17 @@ class _Pipes:
         pass
 
 
+def _running(teardown: Callable[[Container], Awaitable[None]]) -> tuple[Supervisor, Container]:
+    """A supervisor with ``teardown`` and a running container without a log."""
+    sup = Supervisor(FakeRuntime(), cast(CgroupV1, _NoCgroups()), _nothing, _nothing,
+                     event=lambda *a, **k: None, cgroup_of=lambda c: "", teardown=teardown,
+                     launch=_nothing)
+    c = _container({})
+    c.host_config.LogConfig.Type = "none"
+    c.state.status = State.RUNNING
+    return sup, c
+
+
 async def test_a_process_that_exits_at_once_is_torn_down_after_its_start_is_recorded(
         tmp_path: Any) -> None:
     """A ``true`` that has exited before the launch recorded its start is torn down (and its
@@ -86,12 +98,7 @@ async def test_a_process_that_exits_at_once_is_torn_down_after_its_start_is_reco
     async def teardown(c: Container) -> None:
         torn_down.set()
 
-    sup = Supervisor(FakeRuntime(), cast(CgroupV1, _NoCgroups()), _nothing, _nothing,
-                     event=lambda *a, **k: None, cgroup_of=lambda c: "", teardown=teardown,
-                     launch=_nothing)
-    c = _container({})
-    c.host_config.LogConfig.Type = "none"
-    c.state.status = State.RUNNING
+    sup, c = _running(teardown)
     pid = os.posix_spawnp("true", ["true"], os.environ)  # noqa: ASYNC221 (returns at once)
     live = Live(pid=pid, launched=trio.Event())
     async with trio.open_nursery() as nursery:
@@ -113,12 +120,7 @@ async def test_the_end_of_the_process_is_known_before_the_teardown(tmp_path: Any
     async def teardown(c: Container) -> None:
         await release.wait()
 
-    sup = Supervisor(FakeRuntime(), cast(CgroupV1, _NoCgroups()), _nothing, _nothing,
-                     event=lambda *a, **k: None, cgroup_of=lambda c: "", teardown=teardown,
-                     launch=_nothing)
-    c = _container({})
-    c.host_config.LogConfig.Type = "none"
-    c.state.status = State.RUNNING
+    sup, c = _running(teardown)
     pid = os.posix_spawnp("sh", ["sh", "-c", "exit 3"], os.environ)  # noqa: ASYNC221
     live = Live(pid=pid, launched=trio.Event())
     live.launched.set()
