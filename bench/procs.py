@@ -8,6 +8,7 @@ request with 200, and is stopped with SIGTERM (SIGKILL only after a grace period
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import signal
 import subprocess
@@ -87,6 +88,20 @@ class ServerProcess:
 
 
 BENCH_BIP = "10.199.0.1/16"  # a subnet of the run's own
+
+
+def check_subnet_free() -> None:
+    """Refuse to start when the run's subnet is on the host already: a bridge another run
+    left (a killed one, or a script that started a bench daemon without ``run.py``'s
+    cleanup) would take the route, and the network benchmark would fail with "No route to
+    host" far from the cause."""
+    from svc.network.bridge import host_subnets
+
+    mine = ipaddress.IPv4Network(BENCH_BIP, strict=False)
+    if any(net.overlaps(mine) for net in host_subnets()):
+        raise RuntimeError(f"{mine}, the bench's own subnet, is on this host already (a bridge "
+                           "an earlier run left? `ip -br addr | grep 10.199.`): remove it "
+                           "first, or wait for the other run to end")
 
 
 def bench_bridge(workdir: Path) -> str:

@@ -133,6 +133,7 @@ def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any
 
 def run_all(chosen: list[Benchmark], scale: float, doc: dict[str, Any],
             figures: list[Figure], failed: dict[str, str]) -> None:
+    procs.check_subnet_free()
     with tempfile.TemporaryDirectory(prefix="svc-bench-", dir="/tmp") as tmp:
         workdir = Path(tmp)
         doc["workdir"] = tmp
