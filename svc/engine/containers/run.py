@@ -190,7 +190,7 @@ class Runner:
         c.fs_users += 1
         created = False
         try:
-            out = await self._set_up_and_run(c)
+            out = await self._create_mounted(c)
             created = True
             return out
         finally:
@@ -203,7 +203,8 @@ class Runner:
         """The file holding ``c``'s own network namespace while it runs on networks."""
         return self.exec_root / "netns" / c.id
 
-    async def _set_up_and_run(self, c: Container) -> tuple[Live, ContainerPipes | None]:
+    async def _create_mounted(self, c: Container) -> tuple[Live, ContainerPipes | None]:
+        await self.mount(c)
         pipes: ContainerPipes | None = None
         try:
             nets = self.networks
@@ -229,8 +230,7 @@ class Runner:
                     await nets.dns.start(c.id, netns, self._nursery,
                                          list(c.host_config.Dns or []))
 
-            async def write() -> None:  # the rootfs side, beside the network's
-                await self.mount(c)
+            async def write() -> None:
                 await self._mount_volumes(c)
                 joined = str(netns) if netns is not None else self._joined_net(c)
                 spec = await trio.to_thread.run_sync(self._prepare, c, joined, address,
