@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from svc.network import addr_dump
-from svc.network.netns import NetnsRef, in_netns, open_netns
+from svc.network.netns import in_netns
 
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 IFNAME_MAX = 15
@@ -171,11 +170,10 @@ def delete_bridge(name: str) -> None:
             ip.link("del", index=idx)
 
 
-def attach(bridge: str, ns: NetnsRef, ep: Endpoint, default_route: bool = True) -> None:
+def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> None:
     """A veth pair: ``ep.host_if`` on ``bridge``, its peer made right in the network namespace
-    ``ns`` (of a process, or a namespace file) as ``ep.ifname`` with the MAC of ``ep``, then
-    given its addresses (and the default route through its gateway, for a container's first
-    network).
+    of ``pid`` as ``ep.ifname`` with the MAC of ``ep``, then given its addresses (and the
+    default route through its gateway, for a container's first network).
 
     The peer is created in the namespace rather than moved there: moving a link between
     namespaces waits for an RCU grace period in the kernel (some 18 ms here), creating it
@@ -189,17 +187,12 @@ def attach(bridge: str, ns: NetnsRef, ep: Endpoint, default_route: bool = True) 
             br = ip.link_lookup(ifname=bridge)
             if not br:
                 raise NetworkError(f"the bridge {bridge} does not exist")
-            nsfd = open_netns(ns)
-            try:
-                ip.link("add", ifname=ep.host_if, kind="veth", master=br[0], state="up",
-                        peer={"ifname": ep.ifname, "address": ep.mac, "net_ns_fd": nsfd})
-            finally:
-                os.close(nsfd)
-        in_netns(ns, lambda: _configure_inside(ep, default_route))
+            ip.link("add", ifname=ep.host_if, kind="veth", master=br[0], state="up",
+                    peer={"ifname": ep.ifname, "address": ep.mac, "net_ns_pid": pid})
+        in_netns(pid, lambda: _configure_inside(ep, default_route))
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
-        where = f"pid {ns}" if isinstance(ns, int) else str(ns)
-        raise NetworkError(f"connecting the container ({where}) to {bridge} failed: "
+        raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "
                            f"{exc}") from exc
     except NetworkError:
         detach(ep.host_if)

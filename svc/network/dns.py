@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import socket
 
-from svc.network.netns import NetnsRef, in_netns
+from svc.network.netns import in_netns
 from svc.wire.dns import ADDRESS, PORT
 
 
-def udp_socket_in(ns: NetnsRef, address: str = ADDRESS, port: int = PORT) -> socket.socket:
-    """A UDP socket of the network namespace ``ns`` (of a process, or a namespace file),
-    bound to ``address:port`` there."""
+def udp_socket_in(pid: int, address: str = ADDRESS, port: int = PORT) -> socket.socket:
+    """A UDP socket of the network namespace of ``pid``, bound to ``address:port`` there."""
     def make() -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -25,4 +24,4 @@ def udp_socket_in(ns: NetnsRef, address: str = ADDRESS, port: int = PORT) -> soc
             raise
         return sock
 
-    return in_netns(ns, make)
+    return in_netns(pid, make)

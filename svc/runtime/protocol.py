@@ -172,13 +172,6 @@ class Runtime(Protocol):
 
     async def start(self, container_id: str) -> None: ...
 
-    async def run(self, container_id: str, bundle: Path, *,
-                  stdio: StdioFds | ContainerPipes | None = None,
-                  terminal: bool = False) -> Created:
-        """Create and start in one step (``runc run --detach``): the process runs when this
-        returns; its pid (and a terminal's pty master)."""
-        ...
-
     async def exec(self, container_id: str, process: dict[str, Any], *,
                    stdio: StdioFds | ContainerPipes | None = None,
                    terminal: bool = False) -> Created: ...

@@ -165,26 +165,6 @@ class Runc:
         return await self._spawn("create", ["--bundle", str(bundle)], container_id,
                                  stdio=stdio, terminal=terminal, pid_file=pid_file)
 
-    async def run(self, container_id: str, bundle: Path, *,
-                  stdio: StdioFds | ContainerPipes | None = None,
-                  terminal: bool = False) -> Created:
-        """``runc run --detach``: create the container and start its process in one runc
-        call (a ``create`` and a ``start`` cost two runc processes and the exec fifo's hand
-        over); the process is re-parented to the daemon (a subreaper) once runc exits.
-
-        Returns:
-            The process's pid and, for a terminal, the pty master.
-
-        Raises:
-            RuntimeFailure: runc failed (no such binary, a bad spec...); runc removed what it
-                had made of the container (``delete(force=True)`` is harmless).
-
-        Cancellation: runc is killed; a half-made container may remain in runc's state
-        (``delete(force=True)`` removes it) and its process may have started.
-        """
-        return await self._spawn("run", ["--detach", "--bundle", str(bundle)], container_id,
-                                 stdio=stdio, terminal=terminal)
-
     async def exec(self, container_id: str, process: dict[str, Any], *,
                    stdio: StdioFds | ContainerPipes | None = None,
                    terminal: bool = False) -> Created:

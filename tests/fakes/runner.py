@@ -14,11 +14,6 @@ class FakeRunner:
         self.torn_down: list[str] = []
         self.launched: list[str] = []
         self.events: list[tuple[str, str]] = []
-        self.swept = 0
-
-    def sweep_netns(self, keep: set[str]) -> list[str]:
-        self.swept += 1
-        return []
 
     def bind(self, nursery: trio.Nursery) -> None:
         pass

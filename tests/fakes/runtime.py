@@ -24,9 +24,6 @@ class FakeRuntime:
     async def start(self, container_id: str) -> None:
         raise NotImplementedError
 
-    async def run(self, container_id: str, bundle: Path, **kw: Any) -> Any:
-        raise NotImplementedError
-
     async def exec(self, container_id: str, process: dict[str, Any], **kw: Any) -> Any:
         raise NotImplementedError
 

@@ -66,8 +66,11 @@ class Live:
     console: Any = None  # runtime.process.Console for a TTY container
     stdin: Any = None  # the daemon's end of the stdin pipe (OpenStdin without TTY)
     log: JsonLogWriter | None = None  # this run's json-file writer (logs -f taps behind it)
-    # set once the launch has recorded the start (None: no start pending, e.g. a restored
-    # container): ``die`` must follow ``start``, even for a process that exits at once
+    start_failure: tuple[int, str] | None = None  # (exit code, error) of a start runc refused
+    # set once the launch has recorded the start or its failure (None: no start pending, e.g.
+    # a restored container). A process that exits at once is not torn down before: runc start
+    # removes its exec fifo after the process runs (and failed when runc delete took it
+    # first), and ``die`` must follow ``start``
     launched: trio.Event | None = None
     # set once the process has exited and its output is delivered, before the teardown and
     # the recorded exit: ``code`` is the exit code then. The builder commits the container's

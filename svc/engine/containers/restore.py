@@ -90,9 +90,6 @@ class ContainerRestore:
                 await self._restore_one(c, in_runc, mounted)
             except Exception:  # one damaged container must not keep the daemon from starting
                 log.exception("restoring container %s failed", c.short_id)
-        # nothing runs now: a network namespace file left (a crash mid-launch) is stale
-        if stale := await trio.to_thread.run_sync(self.runner.sweep_netns, set()):
-            log.info("removed network namespaces a crash left: %s", ", ".join(stale))
         for c in list(self.registry.all()):
             policy = c.host_config.RestartPolicy.Name or "no"
             if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):

@@ -1,11 +1,5 @@
-"""Running a container: launch (rootfs, network, files, OCI bundle, ``runc run``) and the
-relaunch a restart policy asks for.
-
-A container on networks gets its network namespace from svc (``svc.network.netns``), made
-and wired (veths, addresses, routes, the embedded DNS socket, published ports) while its
-bundle is written; the runtime then starts the process in it at once (``runc run
---detach``), which finds its interfaces up. Host, ``none`` and ``container:`` modes let the
-runtime make or join theirs.
+"""Running a container: launch (rootfs, files, OCI bundle, runc create/start) and the relaunch
+a restart policy asks for.
 
 The ``Supervisor`` (supervise.py) runs in the engine's nursery for each started container: it
 owns the process until it exits, tears down what launch made (runc state, cgroup, overlay
@@ -20,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+import signal
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,7 +36,6 @@ from svc.engine.networks.service import NetworkService
 from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
-from svc.network.netns import create_netns, delete_netns
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mount_overlay
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
@@ -163,6 +157,16 @@ class Runner:
         live.launched = launched = trio.Event()
         await self._nursery.start(self.supervisor.supervise, c, live, pipes)
         try:
+            try:
+                await self.runtime.start(c.id)
+            except RuntimeFailure as exc:
+                code, err = start_failure(exc)
+                live.start_failure = (code, str(exc))  # the supervisor records it, with ``die``
+                launched.set()
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.kill(c.id, signal.SIGKILL)
+                await live.exited.wait()
+                raise err from None
             st = c.state
             transition(st, "started")
             st.pid, st.started_ns = live.pid, now_ns()
@@ -199,14 +203,11 @@ class Runner:
                 with trio.CancelScope(shield=True):
                     await self.unmount(c, unless_used=True)
 
-    def netns_path(self, c: Container) -> Path:
-        """The file holding ``c``'s own network namespace while it runs on networks."""
-        return self.exec_root / "netns" / c.id
-
     async def _create_mounted(self, c: Container) -> tuple[Live, ContainerPipes | None]:
         await self.mount(c)
         pipes: ContainerPipes | None = None
         try:
+            await self._mount_volumes(c)
             nets = self.networks
             plan = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
             for i, (net, cfg) in enumerate(plan):
@@ -217,39 +218,29 @@ class Runner:
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
             link_hosts, link_env = links.resolve_links(c, self.resolve, nets)
-            netns = self.netns_path(c) if plan else None
+            spec = await trio.to_thread.run_sync(self._prepare, c, self._joined_net(c), address,
+                                                 embedded_dns, link_hosts, link_env)
             bundle = self.bundle_dir(c)
-
-            async def wire() -> None:
-                assert netns is not None and self._nursery is not None
-                await trio.to_thread.run_sync(_new_netns, netns)
-                for i, (net, _) in enumerate(plan):  # an internal network has no way out
-                    await nets.attach(c.id, netns, net,
-                                      default_route=i == 0 and not net.internal)
-                if embedded_dns:
-                    await nets.dns.start(c.id, netns, self._nursery,
-                                         list(c.host_config.Dns or []))
-
-            async def write() -> None:
-                await self._mount_volumes(c)
-                joined = str(netns) if netns is not None else self._joined_net(c)
-                spec = await trio.to_thread.run_sync(self._prepare, c, joined, address,
-                                                     embedded_dns, link_hosts, link_env)
-                await trio.to_thread.run_sync(write_bundle, bundle, spec)
-
-            await _side_by_side(write, *([wire] if netns is not None else []))
-            published = ports.bindings(c.host_config, c.config)
-            if plan and published:
-                assert self._nursery is not None
-                await nets.publish(c.id, published, self._nursery, plan[0][0])
+            await trio.to_thread.run_sync(write_bundle, bundle, spec)
             if self.runtime.has_state(c.id):  # a leftover of a crash (one stat, else none)
                 with contextlib.suppress(RuntimeFailure):
                     await self.runtime.delete(c.id, force=True)
             if c.tty:
-                created = await self.runtime.run(c.id, bundle, terminal=True)
+                created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
                 pipes = open_pipes(stdin=c.config.OpenStdin)
-                created = await self.runtime.run(c.id, bundle, stdio=pipes)
+                created = await self.runtime.create(c.id, bundle, stdio=pipes)
+            for i, (net, _) in enumerate(plan):  # an internal network has no way out
+                await nets.attach(c.id, created.pid, net,
+                                  default_route=i == 0 and not net.internal)
+            if embedded_dns:
+                assert self._nursery is not None
+                await nets.dns.start(c.id, created.pid, self._nursery,
+                                     list(c.host_config.Dns or []))
+            published = ports.bindings(c.host_config, c.config)
+            if plan and published:
+                assert self._nursery is not None
+                await nets.publish(c.id, published, self._nursery, plan[0][0])
         except BaseException:
             if pipes is not None:
                 with trio.CancelScope(shield=True):
@@ -336,8 +327,6 @@ class Runner:
         async with trio.open_nursery() as nursery:  # the network's part beside runc's
             nursery.start_soon(self._delete_state, c)
             await self.networks.release(c.id)
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(delete_netns, self.netns_path(c))
         await self._unmount_volumes(c)
         cgroup = self.cgroup_of(c)
         if self.cgroups.exists(cgroup):
@@ -382,52 +371,12 @@ class Runner:
     def _traces_on_host(self, c: Container) -> bool:
         """Blocking: runc's state, the cgroup or the overlay mount of ``c``."""
         return self.runtime.has_state(c.id) or os.path.ismount(c.rootfs) \
-            or self.cgroups.exists(self.cgroup_of(c)) or os.path.lexists(self.netns_path(c))
-
-    def sweep_netns(self, keep: set[str]) -> list[str]:
-        """Blocking: remove the namespace files of containers not in ``keep`` (what a crash
-        left); returns their container ids."""
-        try:
-            names = os.listdir(self.exec_root / "netns")
-        except FileNotFoundError:
-            return []
-        gone = [n for n in names if n not in keep]
-        for name in gone:
-            delete_netns(self.exec_root / "netns" / name)
-        return gone
+            or self.cgroups.exists(self.cgroup_of(c))
 
     def remove_files(self, c: Container) -> None:
         """Blocking: the container's directory and its OCI bundle, gone."""
         remove_tree(self.bundle_dir(c), ignore_errors=True)
         remove_tree(c.dir, ignore_errors=True)
-
-def _new_netns(path: Path) -> None:
-    """Blocking: a new network namespace on ``path`` (a leftover of a crash replaced)."""
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    delete_netns(path)
-    create_netns(path)
-
-
-async def _side_by_side(*fns: Callable[[], Awaitable[None]]) -> None:
-    """Run ``fns`` concurrently; a failure comes out as itself, not as an exception group
-    (callers tell runtime, svc and OS errors apart). Cancellation: all of them stop."""
-    try:
-        async with trio.open_nursery() as nursery:
-            for fn in fns:
-                nursery.start_soon(fn)
-    except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        raise next((e for e in leaves if not isinstance(e, trio.Cancelled)), leaves[0]) \
-            from None
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
-
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (exists and is not a zombie)."""

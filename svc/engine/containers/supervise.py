@@ -97,18 +97,21 @@ class Supervisor:
                     await live.console.aclose()
                 c.hub.end_run()
                 oom = self._oom_killed(c)
-                if live.launched is not None:  # ``die`` after ``start``
+                if live.launched is not None:  # not under a runc start, and after ``start``
                     with trio.move_on_after(LAUNCH_WAIT):
                         await live.launched.wait()
-                live.code = code
+                live.code = live.start_failure[0] if live.start_failure is not None else code
                 live.ended.set()
                 await self.teardown(c)
+                if live.start_failure is not None:
+                    code, c.state.error = live.start_failure
                 await self._exited(c, code, oom)
                 live.exited.set()
         if c.host_config.AutoRemove:
             await self.auto_remove(c)
             return
-        await self._maybe_restart(c, code)
+        if live.start_failure is None:  # a start that failed is the caller's error, no restart
+            await self._maybe_restart(c, code)
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
                      writer: JsonLogWriter | None) -> int:

@@ -22,7 +22,6 @@ import trio
 
 from svc.engine.networks.ipam import EndpointInfo, Network
 from svc.network.dns import udp_socket_in
-from svc.network.netns import NetnsRef
 from svc.wire import dns as wire
 
 log = logging.getLogger("svc.dns")
@@ -46,10 +45,10 @@ class EmbeddedDNS:
         self.upstream = list(upstream)
         self._servers: dict[str, trio.CancelScope] = {}
 
-    async def start(self, cid: str, ns: NetnsRef, nursery: trio.Nursery,
+    async def start(self, cid: str, pid: int, nursery: trio.Nursery,
                     upstream: list[str] | None = None) -> None:
-        """Serve 127.0.0.11:53 in the network namespace ``ns`` until ``stop(cid)``."""
-        raw = await trio.to_thread.run_sync(udp_socket_in, ns)
+        """Serve 127.0.0.11:53 in the namespace of ``pid`` until ``stop(cid)``."""
+        raw = await trio.to_thread.run_sync(udp_socket_in, pid)
         sock = trio.socket.from_stdlib_socket(raw)
         scope = trio.CancelScope()
         self._servers[cid] = scope

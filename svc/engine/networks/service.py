@@ -41,7 +41,6 @@ from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError
 from svc.network import bridge as br
 from svc.network import netrules
 from svc.network.firewall import Firewall, FirewallError, Rule, owner_of
-from svc.network.netns import NetnsRef
 from svc.network.proxy import Binding
 
 log = logging.getLogger("svc.networks")
@@ -334,14 +333,13 @@ class NetworkService:
         net.endpoints[cid] = info
         return info
 
-    async def attach(self, cid: str, ns: NetnsRef, net: Network, *, default_route: bool,
+    async def attach(self, cid: str, pid: int, net: Network, *, default_route: bool,
                      announce: bool = True) -> None:
-        """Wire the reserved endpoint into the network namespace ``ns`` (of a process, or the
-        container's namespace file); ``connect`` goes out unless the caller announces it
-        itself, once its own part is done."""
+        """Wire the reserved endpoint into the namespace of ``pid``; ``connect`` goes out
+        unless the caller announces it itself, once its own part is done."""
         info = net.endpoints[cid]
         try:
-            await trio.to_thread.run_sync(br.attach, net.bridge, ns, info.endpoint,
+            await trio.to_thread.run_sync(br.attach, net.bridge, pid, info.endpoint,
                                           default_route)
         except br.NetworkError as exc:
             net.endpoints.pop(cid, None)

@@ -89,10 +89,11 @@ def _running(teardown: Callable[[Container], Awaitable[None]]) -> tuple[Supervis
     return sup, c
 
 
-async def test_a_process_that_exits_at_once_is_torn_down_after_its_start_is_recorded(
+async def test_a_process_that_exits_at_once_is_not_torn_down_under_runc_start(
         tmp_path: Any) -> None:
-    """A ``true`` that has exited before the launch recorded its start is torn down (and its
-    ``die`` sent) only after that: ``die`` never precedes ``start``."""
+    """``runc start`` removes the exec fifo after the process runs: a ``true`` that has
+    exited by then must not have its runc state deleted first (runc start then failed with
+    'remove .../exec.fifo: no such file or directory')."""
     torn_down = trio.Event()
 
     async def teardown(c: Container) -> None:
