@@ -184,13 +184,19 @@ class Placement:
             image_dir = self._image_is_dir("/".join(parts[:k]), image_dir)
         return image_dir
 
-    def _symlink(self, host: Path, rel: str) -> None:
+    def _leaf(self, rel: str, at_root: str) -> str:
+        """Room for a non-directory at ``rel``: never the root nor over a directory, its
+        parents present, this layer's own earlier entry there gone; its path in the layer.
+        ``at_root``: the error for the root itself."""
         if not rel:
-            raise self._fail("cannot replace the root directory with a symlink")
+            raise self._fail(at_root)
         self._check_not_dir(rel, self._parent_image_dir(rel))
         self._parents(rel)
         self._clear(rel)
-        target = os.path.join(self.diff, rel)
+        return os.path.join(self.diff, rel)
+
+    def _symlink(self, host: Path, rel: str) -> None:
+        target = self._leaf(rel, "cannot replace the root directory with a symlink")
         os.symlink(os.readlink(host), target)
         os.lchown(target, *self.owner)
 
@@ -211,12 +217,7 @@ class Placement:
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     def _file(self, host: Path, st: os.stat_result, rel: str) -> None:
-        if not rel:
-            raise self._fail("cannot overwrite the root directory with a file")
-        self._check_not_dir(rel, self._parent_image_dir(rel))
-        self._parents(rel)
-        self._clear(rel)
-        target = os.path.join(self.diff, rel)
+        target = self._leaf(rel, "cannot overwrite the root directory with a file")
         key = (st.st_dev, st.st_ino)
         first = self.placed.get(key)
         if first is not None and st.st_nlink - self.given.get(key, 0) > 1:
