@@ -186,8 +186,8 @@ class Builder:
             instructions = list(received.svcfile.instructions)
             if spec.labels:
                 instructions.append(_labels(spec.labels, job.escape))
-            async with trio.open_nursery() as cleanup:
-                job.cleanup = cleanup
+            async with trio.open_nursery() as background:
+                job.background = background
                 if received.arriving is None:
                     image_id = await self._steps(job, instructions)
                 else:
@@ -209,12 +209,15 @@ class Builder:
             raise
         finally:
             with trio.CancelScope(shield=True):
+                if job is not None:
+                    await job.drop_staged()
                 await trio.to_thread.run_sync(partial(_remove_work, received.work))
 
     async def _steps(self, job: Job, instructions: list[Instruction]) -> str:
         for n, inst in enumerate(instructions, start=1):
             await dispatch(job, n, inst)
             await job.end_step()
+        await job.settle()
         unused = job.unused_args()
         if unused:
             raise StepFailed(f"One or more build-args [{' '.join(unused)}] were not "

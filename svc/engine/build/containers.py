@@ -3,6 +3,11 @@ with the build's limits; output streamed as it comes), COPY and ADD put their so
 one through the same chroot-confined extraction as ``PUT /containers/{id}/archive``. Each
 container is committed into the step's image and removed afterwards (``rm``/``forcerm``).
 
+A COPY laid out in place leaves its layer to be hashed and its image made in the background
+(``Job.defer``); a RUN right after it runs on the staged layer meanwhile (its container made
+from the COPY's parent image with that layer above it), and names the COPY's image once it
+exists, before its own commit.
+
 Cancellation: the container stays in ``job.temp``, which ``Job.discard`` empties (killing
 a running command) when the build is cancelled.
 """
@@ -10,6 +15,7 @@ a running command) when the build is cancelled.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,7 +30,7 @@ from svc.build.parser import Instruction
 from svc.engine.build import copylayer, imaging, sources
 from svc.engine.build.archives import archive_tar
 from svc.engine.build.fetch import fetch_to
-from svc.engine.build.job import Job
+from svc.engine.build.job import Job, Pending
 from svc.engine.build.output import StepFailed, StreamText
 from svc.engine.containers.container import Container
 from svc.engine.images.service import Image
@@ -40,13 +46,14 @@ URL_TIMEOUT = 60.0
 MAX_URL_BYTES = 4 << 30
 
 
-async def _create(job: Job, image: Image, cmd: list[str], env: list[str]) -> Container:
+async def _create(job: Job, image: Image, cmd: list[str], env: list[str],
+                  lowers: tuple[str, ...] = ()) -> Container:
     cfg = job.config
     body = CreateBody.model_validate({
         "Image": image.id, "Cmd": cmd, "Entrypoint": [], "Env": env,
         "User": cfg.get("User") or "", "WorkingDir": cfg.get("WorkingDir") or "",
         "HostConfig": job.spec.host_config.model_dump(by_alias=True)})
-    c = await job.containers.create(body, None)
+    c = await job.containers.create(body, None, lowers=lowers)
     job.temp.append(c)
     return c
 
@@ -67,29 +74,39 @@ async def _commit(job: Job, c: Container, probe: dict[str, Any]) -> None:
 # -- RUN ------------------------------------------------------------------------------------
 
 async def run_step(job: Job, cmd: list[str]) -> None:
-    image = job.require_image("RUN")
+    if job.pending is not None and job.pending.done.is_set():
+        await job.settle()
+    pending = job.pending  # the image before is still being made: it cannot have a cache
+    image = pending.parent if pending is not None else job.require_image("RUN")
     build_env = job.run_env()
     saved = [f"|{len(build_env)}", *build_env, *cmd] if build_env else cmd
-    probe = {**job.config, "Cmd": saved, "Image": image.id}
-    if await job.probe(probe):
+    if pending is None and await job.probe({**job.config, "Cmd": saved, "Image": image.id}):
         return
-    c = await _create(job, image, cmd, [*(job.config.get("Env") or []), *build_env])
+    c = await _create(job, image, cmd, [*(job.config.get("Env") or []), *build_env],
+                      lowers=(pending.lower_dir,) if pending is not None else ())
     await job.out.line(f" ---> Running in {c.short_id}")
-    code = await _run_streaming(job, c)
+    code = await _run_streaming(job, c, pending)
+    if pending is not None:
+        await job.settle()
+        image = job.require_image("RUN")
+        await job.containers.rebase(c, image)
     if code != 0:
         raise StepFailed(f"The command '{' '.join(cmd)}' returned a non-zero code: {code}",
                          code)
-    await _commit(job, c, probe)
+    await _commit(job, c, {**job.config, "Cmd": saved, "Image": image.id})
 
 
-async def _run_streaming(job: Job, c: Container) -> int:
+async def _run_streaming(job: Job, c: Container, pending: Pending | None) -> int:
     """Start ``c`` and pass its output on as it comes; its exit code, as soon as the process
-    has ended (the commit goes on while the supervisor tears the container down)."""
+    has ended (the commit goes on while the supervisor tears the container down). On a
+    ``pending`` image's staged layer, the start (which mounts it) keeps that layer's commit
+    from moving it meanwhile."""
     attachment = c.hub.subscribe(stdout=True, stderr=True)
     text = {1: StreamText(), STDERR: StreamText()}
     exits = c.exits
     try:
-        await job.containers.start(c)
+        async with pending.mounting if pending is not None else contextlib.nullcontext():
+            await job.containers.start(c)
         while (chunks := await attachment.take()) is not None:
             for stream, data in chunks:
                 decoded = text[stream].feed(data)
@@ -205,38 +222,45 @@ async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.S
             for host, name in members:
                 placement.place(host, name)
 
+        parent = job.require_image(cmd)
+        config = copy.deepcopy({**job.config, "Image": probe["Image"]})
         try:
-            staged = await trio.to_thread.run_sync(store.stage_dir, fill)
+            staged = await trio.to_thread.run_sync(store.stage_tree, fill)
         except OSError as exc:
             raise StepFailed(f"{cmd} failed: {exc}") from None
-    await commit_staged(job, c, staged, probe)
+        await job.defer(parent, staged, partial(_commit_staged, job, cmd, c.id, staged,
+                                                config, probe, job.author))
 
 
-async def commit_staged(job: Job, c: Container, staged: StagedLayer,
-                        probe: dict[str, Any]) -> None:
-    """The staged layer into the store on top of the current image, and the step's image
-    made of it. Cancellation: the staged dir goes; a layer committed but not yet used by an
-    image is released (removed when nothing else holds it)."""
-    image = job.require_image("commit")
+async def _commit_staged(job: Job, cmd: str, container_id: str, staged: StagedLayer,
+                         config: dict[str, Any], probe: dict[str, Any], author: str,
+                         pending: Pending) -> Image:
+    """The staged layer described (its diff id: one read of its files), put into the store
+    on top of ``pending.parent``, and the step's image made of it; in the background while
+    the next step runs. Cancellation: a layer committed but not yet used by an image is
+    released (removed when nothing else holds it); the staged dir goes with
+    ``Job.drop_staged``."""
     store = job.images.layers
+    parent = pending.parent
     try:
-        async with job.images.layer_lock:
-            parent = image.chain[-1] if image.chain else None
-            layer = await trio.to_thread.run_sync(store.commit, staged, parent)
-            job.images.pins[layer.chain_id] += 1
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(store.discard, staged)
+        await trio.to_thread.run_sync(store.describe, staged)
+    except OSError as exc:
+        raise StepFailed(f"{cmd} failed: {exc}") from None
+    async with pending.mounting, job.images.layer_lock:
+        top = parent.chain[-1] if parent.chain else None
+        layer = await trio.to_thread.run_sync(store.commit, staged, top)
+        job.images.pins[layer.chain_id] += 1
     try:
-        config = imaging.step_config(image, {**job.config, "Image": probe["Image"]}, probe,
-                                     author=job.author, created_ns=time.time_ns(),
-                                     diff_id=layer.diff_id, container_id=c.id)
+        doc = imaging.step_config(parent, config, probe, author=author,
+                                  created_ns=time.time_ns(), diff_id=layer.diff_id,
+                                  container_id=container_id)
         async with job.images.lock:
-            new = await job.images.commit_image(config, [*image.chain, layer.chain_id],
-                                                image.id)
+            new = await job.images.commit_image(doc, [*parent.chain, layer.chain_id],
+                                                parent.id)
+            job.made.append(new)
     finally:
         await job.images.release_layers([layer.chain_id])
-    job.adopt(new)
+    return new
 
 
 async def _gather(job: Job, cmd: str, srcs: list[str],

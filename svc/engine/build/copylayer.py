@@ -1,6 +1,6 @@
 """COPY and ADD of plain sources (files, directories, symlinks, downloads: no archive to
 unpack) without extracting into a container: the step's layer is laid out in place in the
-layer store (``LayerStore.stage_dir``), straight from the unpacked context. A context file
+layer store (``LayerStore.stage_tree``), straight from the unpacked context. A context file
 that no earlier step took is hard-linked into the layer (its content was written once, on
 arrival, and hashed then); others are copied in the kernel. The layer's tar is never
 written: its diff id and skeleton come from one read of the new files.
@@ -17,7 +17,7 @@ While the build runs, a hard-linked file's link count includes its context name 
 see 2); once the build ends the context goes and the layer's file is alone.
 
 Blocking: ``Placement.place`` runs in the worker thread that fills the staged layer.
-Cancellation: the caller's ``stage_dir`` removes the half-made layer.
+Cancellation: the caller's ``stage_tree`` removes the half-made layer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
 """One build's state: the current image and run configuration, the build args, the images
 and containers it made, and the two ways a step ends: a cache hit or a new image.
 
+A step may leave its image to be finished in the background (``defer``: a COPY's layer is
+hashed while the next step runs); every step but RUN first waits for it (``settle``), and RUN
+runs on the staged layer meanwhile (``Pending``). Nothing after a step that made a new image
+can come from the cache, so nothing is lost by not knowing its id yet.
+
 Cancellation (the client went away): ``discard`` removes every intermediate container
 (killing a running one) and every image this build made that nothing else uses; a failed
-build keeps its images (they are the cache of the next attempt), as engines do.
+build keeps its images (they are the cache of the next attempt), as engines do. Staged
+layers a deferred step left go with ``drop_staged``, once no container can use them.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +32,7 @@ from svc.engine.images.pull import Puller
 from svc.engine.images.service import Image, ImageService
 from svc.errors import SvcError
 from svc.models.containers import HostConfigBody
+from svc.storage.layers import StagedLayer
 from svc.wire.authconfig import AuthConfig
 from svc.wire.reference import Reference
 
@@ -53,6 +61,21 @@ class BuildSpec:
     registry_auth: dict[str, AuthConfig] = field(default_factory=dict)  # X-Registry-Config
 
 
+@dataclass(eq=False)
+class Pending:
+    """A step's image still being made (``Job.defer``): on top of ``parent``, with the layer
+    staged at ``lower_dir`` (an overlay lower dir of the layer store, valid throughout)."""
+
+    parent: Image
+    lower_dir: str
+    image: Image | None = None
+    error: BaseException | None = None
+    done: trio.Event = field(default_factory=trio.Event)  # image or error set, line written
+    # held while a container mounts the staged layer: the layer's commit moves its directory
+    mounting: trio.Lock = field(default_factory=trio.Lock)
+    owes_line: bool = False  # the output waits for its " ---> <id>" (``Output.hold``)
+
+
 class Job:
     """The state of one build while its steps run."""
 
@@ -79,8 +102,11 @@ class Job:
         # the steps before them run: ``Builder.build``)
         self.arrived = trio.Event()
         self.arrived.set()
-        # where intermediate containers are removed while the next step runs (None: at once)
-        self.cleanup: trio.Nursery | None = None
+        # where intermediate containers are removed and deferred images finished while the
+        # next step runs (None: at once)
+        self.background: trio.Nursery | None = None
+        self.pending: Pending | None = None  # the current image, while it is being made
+        self.staged: list[StagedLayer] = []  # staged layers of deferred steps (drop_staged)
 
     # -- environment ------------------------------------------------------------------------
 
@@ -142,6 +168,62 @@ class Job:
         self.image = image
         self.scratch = False
 
+    async def defer(self, parent: Image, staged: StagedLayer,
+                    make: Callable[[Pending], Awaitable[Image]]) -> None:
+        """The step's image is ``make(pending)``'s, made in the background while the next
+        step starts; ``settle`` waits for it. ``staged`` (its layer, mountable at once) is
+        dropped by ``drop_staged``. Without a background nursery it is made at once."""
+        pending = Pending(parent, staged.lower_dir)
+        self.staged.append(staged)
+        self.pending = pending
+        if self.background is None:
+            await self._finish(pending, make)
+        else:
+            self.background.start_soon(self._finish, pending, make)
+
+    async def _finish(self, pending: Pending, make: Callable[[Pending], Awaitable[Image]]
+                      ) -> None:
+        """``make`` puts its image into ``made`` as soon as it exists (a cancellation after
+        that must still find it)."""
+        try:
+            image = await make(pending)
+        except Exception as exc:  # noqa: BLE001 - the step after it raises it (``settle``)
+            pending.error = exc
+            if pending.owes_line:
+                await self.out.release(None)
+            pending.done.set()
+            return
+        except BaseException as exc:  # cancelled: the build goes, nothing more is said
+            pending.error = exc
+            pending.done.set()
+            raise
+        pending.image = image
+        if pending.owes_line:
+            await self.out.release(f" ---> {image.short}")
+        pending.done.set()
+
+    async def settle(self) -> None:
+        """The deferred image (if any) is the current one, once it is made; its error if it
+        failed."""
+        pending = self.pending
+        if pending is None:
+            return
+        await pending.done.wait()
+        self.pending = None
+        if pending.image is None:
+            if isinstance(pending.error, Exception):
+                raise pending.error
+            raise StepFailed("the previous step did not finish")
+        self.image = pending.image
+        self.scratch = False
+
+    async def drop_staged(self) -> None:
+        """Staged layers of deferred steps go (those committed were moved into the store
+        already): at the end of the build, when no container of it runs any more."""
+        with trio.CancelScope(shield=True):
+            while self.staged:
+                await trio.to_thread.run_sync(self.images.layers.discard, self.staged.pop())
+
     async def scratch_base(self) -> Image:
         """The empty image ``FROM scratch`` builds on (one for every build)."""
         doc = imaging.scratch_config()
@@ -154,22 +236,29 @@ class Job:
         return image
 
     async def end_step(self) -> None:
-        """`` ---> <id>`` and, with ``rm``, the intermediate containers go."""
-        if self.image is not None:
-            await self.out.line(f" ---> {self.image.short}")
+        """`` ---> <id>`` (owed until a deferred image is made) and, with ``rm``, the
+        intermediate containers go."""
+        pending = self.pending
+        if pending is not None and not pending.done.is_set():
+            pending.owes_line = True
+            self.out.hold()
+        else:
+            await self.settle()
+            if self.image is not None:
+                await self.out.line(f" ---> {self.image.short}")
         if self.spec.rm:
             await self.remove_temp(say=True)
 
     async def remove_temp(self, *, say: bool) -> None:
         """The intermediate containers go: while the next step runs when the build has a
-        ``cleanup`` nursery and ``say`` (a step ended; the build waits for them before its
-        result), else at once. A removal is never cancelled half-way."""
+        ``background`` nursery and ``say`` (a step ended; the build waits for them before
+        its result), else at once. A removal is never cancelled half-way."""
         while self.temp:
             c = self.temp.pop(0)
             if say:
                 await self.out.line(f"Removing intermediate container {c.short_id}")
-            if say and self.cleanup is not None:
-                self.cleanup.start_soon(self._remove, c)
+            if say and self.background is not None:
+                self.background.start_soon(self._remove, c)
             else:
                 await self._remove(c)
 

@@ -2,7 +2,11 @@
 output as it comes (stderr wrapped in ``ESC[91m ... ESC[0m``, which both SDK suites assert),
 ``{"aux": {"ID"}}`` for ``--iidfile``, and in quiet mode (``q=1``) nothing but the image id
 unless the build fails, when what was held back (the last ``QUIET_KEEP`` bytes) is sent
-before the error."""
+before the error.
+
+A step whose image is still being made when the next step starts (a COPY's layer being
+hashed while the next RUN runs) owes its `` ---> <id>`` line: ``hold`` keeps what follows,
+in order, until ``release`` writes that line first (a writer past ``HOLD_BYTES`` waits)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from svc.errors import SvcError
 Message = dict[str, Any]
 RED, RESET = "\x1b[91m", "\x1b[0m"
 QUIET_KEEP = 1 << 20  # bytes of output a quiet build holds back (the latest are kept)
+HOLD_BYTES = 1 << 20  # bytes kept while a line is owed (``Output.hold``) before writers wait
 
 
 class StepFailed(SvcError):
@@ -36,8 +41,36 @@ class Output:
         self.held: deque[Message] = deque()
         self.held_bytes = 0
         self.dropped = 0
+        self._owed: deque[Message] | None = None  # what waits for an owed line (``hold``)
+        self._owed_bytes = 0
+        self._paid = trio.Event()
+        self._lock = trio.Lock()  # one writer at a time: ``release`` and the steps
+
+    def hold(self) -> None:
+        """Keep every message from now on until ``release``."""
+        self._owed, self._owed_bytes, self._paid = deque(), 0, trio.Event()
+
+    async def release(self, line: str | None) -> None:
+        """``line`` (if any), then what ``hold`` kept, then the messages flow again."""
+        async with self._lock:
+            if line is not None:
+                await self._emit({"stream": line + "\n"})
+            while self._owed:
+                await self._emit(self._owed.popleft())
+            self._owed = None
+            self._paid.set()
 
     async def _put(self, msg: Message) -> None:
+        while self._owed is not None and self._owed_bytes >= HOLD_BYTES:
+            await self._paid.wait()
+        if self._owed is not None:
+            self._owed.append(msg)
+            self._owed_bytes += len(msg.get("stream", ""))
+            return
+        async with self._lock:
+            await self._emit(msg)
+
+    async def _emit(self, msg: Message) -> None:
         if not self.quiet:
             await self.send.send(msg)
             return

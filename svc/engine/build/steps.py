@@ -24,6 +24,8 @@ Handler = Callable[[Job, Instruction, list[str]], Awaitable[None]]
 # Instructions whose arguments see $VARIABLES (EXPOSE also splits them into words).
 EXPANDS = frozenset({"env", "label", "add", "copy", "workdir", "expose", "volume", "user",
                      "stopsignal", "arg"})
+# Instructions that run on an image still being made (``Job.pending``): the rest wait for it.
+RUNS_ON_PENDING = frozenset({"run"})
 _ONBUILD_PREFIX = re.compile(r"(?i)^\s*ONBUILD\s*")
 
 
@@ -68,6 +70,8 @@ async def dispatch(job: Job, n: int, inst: Instruction) -> None:
         name = flag.removeprefix("--").partition("=")[0]
         if name not in flags_ok:
             raise StepFailed(f"Unknown flag: {name}")
+    if inst.cmd not in RUNS_ON_PENDING:
+        await job.settle()
     await handler(job, inst, expand(job, inst))
 
 

@@ -111,6 +111,10 @@ class Container:
     exits: int = 0  # exits seen since the daemon started: ``wait`` returns at the next one
     last_exit_code: int = 0  # that exit's code (a restart resets State.ExitCode to 0)
     view_cache: dict[Any, Any] = field(default_factory=dict)
+    # overlay lower dirs above the image's layers (relative to the layer store's root): a
+    # build's RUN on a layer still being committed, until ``ContainerService.rebase``; not
+    # saved (a restart finds the container on its image)
+    build_lowers: tuple[str, ...] = ()
 
     @property
     def short_id(self) -> str:

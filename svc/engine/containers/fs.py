@@ -166,9 +166,10 @@ class ContainerFS:
 
     async def changes(self, c: Container) -> list[dict[str, Any]]:
         image = self.images.images.get(c.image_id)
-        lowers = [c.init_dir] + ([self.images.layers.root / d for d in
-                                  self.images.layers.lower_dirs(image.chain[-1])]
-                                 if image is not None and image.chain else [])
+        layers = self.images.layers
+        lowers = [c.init_dir] + [layers.root / d for d in c.build_lowers] + (
+            [layers.root / d for d in layers.lower_dirs(image.chain[-1])]
+            if image is not None and image.chain else [])
         return await trio.to_thread.run_sync(upper_changes, c.upper_dir, lowers)
 
     async def _pause_for_commit(self, c: Container) -> bool:

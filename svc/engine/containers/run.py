@@ -299,7 +299,7 @@ class Runner:
             d.mkdir(parents=True, exist_ok=True, mode=0o755)
         make_init_layer(c.init_dir)
         lower = self.images.layers.lower_dirs(chain[-1]) if chain else []
-        return [str(c.init_dir), *lower]
+        return [str(c.init_dir), *c.build_lowers, *lower]
 
     async def _mount_volumes(self, c: Container) -> None:
         """Each volume of ``c`` ready for it (a device mounted if it has one); a new, empty

@@ -43,7 +43,7 @@ from svc.engine.containers.state import State, require, transition
 from svc.engine.containers.stats import StatsService
 from svc.engine.containers.volumes import ContainerVolumes
 from svc.engine.events import EventBus
-from svc.engine.images.service import ImageService
+from svc.engine.images.service import Image, ImageService
 from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.ports import bindings as port_bindings
 from svc.engine.networks.service import NetworkService
@@ -145,7 +145,10 @@ class ContainerService:
 
     # -- create -----------------------------------------------------------------------------
 
-    async def create(self, body: CreateBody, name: str | None) -> Container:
+    async def create(self, body: CreateBody, name: str | None, *,
+                     lowers: tuple[str, ...] = ()) -> Container:
+        """A new container of ``body``. ``lowers``: the builder's layers above the image's
+        (a layer still being committed; ``rebase`` once its image exists)."""
         image_ref = body.Image
         if not image_ref:
             raise InvalidParameter("Config.Image is required: the image to create the "
@@ -195,7 +198,8 @@ class ContainerService:
                 full = self.registry.new_name()
             c = Container(id=cid, name=full, created_ns=now_ns(), path=path, args=args,
                           config=config, host_config=hc, net_config=net_config,
-                          image_id=image.id, warnings=warnings, dir=self.dir / cid)
+                          image_id=image.id, warnings=warnings, dir=self.dir / cid,
+                          build_lowers=lowers)
             self.names[full] = cid
             self.containers[cid] = c
         try:
@@ -211,6 +215,14 @@ class ContainerService:
             raise
         self.runner.event(c, "create")
         return c
+
+    async def rebase(self, c: Container, image: Image) -> None:
+        """A build's container made with ``lowers`` now names the image those layers became
+        (its record, ``docker inspect``, later mounts): the same files, the image's layers."""
+        c.image_id = image.id
+        c.config = c.config.model_copy(update={"Image": image.id})
+        c.build_lowers = ()
+        await self.save(c)
 
     # -- lifecycle --------------------------------------------------------------------------
 
