@@ -85,7 +85,14 @@ async def run_step(job: Job, cmd: list[str]) -> None:
     c = await _create(job, image, cmd, [*(job.config.get("Env") or []), *build_env],
                       lowers=(pending.lower_dir,) if pending is not None else ())
     await job.out.line(f" ---> Running in {c.short_id}")
-    code = await _run_streaming(job, c, pending)
+    try:
+        code = await _run_streaming(job, c, pending)
+    except Exception:
+        if pending is not None:  # the container stays (a failed step's): on its real image
+            await pending.done.wait()
+            if pending.image is not None:
+                await job.containers.rebase(c, pending.image)
+        raise
     if pending is not None:
         await job.settle()
         image = job.require_image("RUN")
