@@ -189,18 +189,18 @@ class Job:
             image = await make(pending)
         except Exception as exc:  # noqa: BLE001 - the step after it raises it (``settle``)
             pending.error = exc
-            if pending.owes_line:
-                await self.out.release(None)
-            pending.done.set()
-            return
         except BaseException as exc:  # cancelled: the build goes, nothing more is said
             pending.error = exc
             pending.done.set()
             raise
-        pending.image = image
-        if pending.owes_line:
-            await self.out.release(f" ---> {image.short}")
-        pending.done.set()
+        else:
+            pending.image = image
+        try:
+            if pending.owes_line:
+                await self.out.release(None if pending.image is None
+                                       else f" ---> {pending.image.short}")
+        finally:
+            pending.done.set()
 
     async def settle(self) -> None:
         """The deferred image (if any) is the current one, once it is made; its error if it
