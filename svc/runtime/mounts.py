@@ -62,11 +62,16 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _mount_data(layer_root: Path, lower_dirs: Sequence[str], upper: Path,
-                work: Path) -> tuple[Path, str, str]:
+def _mount_data(layer_root: Path, lower_dirs: Sequence[str], upper: Path | None,
+                work: Path | None) -> tuple[Path, str, str]:
     """The layer root, the mount data relative to it (for mount(8) run there) and the same
     with every path absolute (for mount(2) from the daemon)."""
     root, features = layer_root.resolve(), supported_off_features()
+    if upper is None or work is None:
+        relative = overlay_options(lower_dirs, None, None, features=features)
+        absolute = overlay_options([os.path.join(root, d) for d in lower_dirs], None, None,
+                                   features=features)
+        return root, relative, absolute
     upper, work = upper.resolve(), work.resolve()
     relative = overlay_options(lower_dirs, _relative(upper, root), _relative(work, root),
                                features=features)
@@ -75,11 +80,13 @@ def _mount_data(layer_root: Path, lower_dirs: Sequence[str], upper: Path,
     return root, relative, absolute
 
 
-async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path, work: Path,
-                        target: Path) -> None:
+async def mount_overlay(layer_root: Path, lower_dirs: Sequence[str], upper: Path | None,
+                        work: Path | None, target: Path) -> None:
     """Mount an overlay of ``lower_dirs`` (top first, relative to ``layer_root``) on ``target``.
 
-    ``upper`` and ``work`` must exist on one filesystem; ``target`` must exist.
+    ``upper`` and ``work`` must exist on one filesystem; ``target`` must exist. Without them
+    the overlay is read-only (at least two lower dirs), and its unmount syncs nothing (one
+    with an upper dir syncs the whole file system of that dir when it is unmounted).
 
     Raises:
         SystemError_: mount(2) or mount(8) failed (its reason; the kernel's details are in

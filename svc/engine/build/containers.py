@@ -216,13 +216,12 @@ async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.S
                          dest_abs: str, owner: tuple[int, int] | None,
                          probe: dict[str, Any]) -> None:
     """The step's layer laid out directly in the layer store (``copylayer``), the image's
-    root (``c``'s, never started) mounted for the look-ups of where things go."""
+    root (``c``'s, never started) mounted read-only for the look-ups of where things go."""
     store = job.images.layers
-    async with job.containers.fs.root(c, volumes=False):
-        dest_is_dir = await trio.to_thread.run_sync(_dir_in, c.rootfs, dest_abs)
+    async with job.containers.fs.image_view(c) as root:
+        dest_is_dir = await trio.to_thread.run_sync(_dir_in, root, dest_abs)
         members = sources.plan(plain, dest_abs, dest_is_dir)
-        placement = copylayer.Placement(Path("/"), c.rootfs, owner or (0, 0), job.ctx.given,
-                                        cmd)
+        placement = copylayer.Placement(Path("/"), root, owner or (0, 0), job.ctx.given, cmd)
 
         def fill(diff: Path) -> None:
             placement.diff = os.fspath(diff)

@@ -160,6 +160,11 @@ class Container:
     def rootfs(self) -> Path:
         return self.dir / "fs" / "merged"
 
+    @property
+    def view_dir(self) -> Path:
+        """Where ``Runner.image_view`` mounts the image's read-only view."""
+        return self.dir / "fs" / "view"
+
     def notify(self) -> None:
         """Wake whoever waits for a change of this container (wait, restart loops)."""
         self.changed.set()

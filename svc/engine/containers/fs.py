@@ -102,6 +102,11 @@ class ContainerFS:
                 with trio.CancelScope(shield=True):
                     await self.runner.unmount(c, unless_used=True)
 
+    def image_view(self, c: Container) -> contextlib.AbstractAsyncContextManager[Path]:
+        """``c``'s image as its root shows it, read-only, for look-ups in a container that
+        never ran (``Runner.image_view``)."""
+        return self.runner.image_view(c)
+
     # -- archive ----------------------------------------------------------------------------
 
     async def stat(self, c: Container, path: str) -> dict[str, Any]:

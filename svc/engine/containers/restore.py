@@ -20,6 +20,7 @@ import trio
 
 from svc.engine.containers.container import Container, now_ns
 from svc.engine.containers.registry import ContainerRegistry
+from svc.engine.containers.rootfs import unmount_quietly
 from svc.engine.containers.run import Runner
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
@@ -102,6 +103,8 @@ class ContainerRestore:
                         log.error("container %s did not come back: %s", c.short_id, exc)
 
     async def _restore_one(self, c: Container, in_runc: set[str], mounted: set[Path]) -> None:
+        if c.view_dir in mounted:  # a build's look-up the crash cut short
+            await trio.to_thread.run_sync(unmount_quietly, c.view_dir)
         was = c.state.status
         if was in (State.RUNNING, State.PAUSED, State.RESTARTING):
             code, error = await self._reap_orphan(c)

@@ -15,7 +15,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,38 @@ class Runner:
             lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
             if lower is not None:
                 await mount_overlay(layers.root, lower, c.upper_dir, c.work_dir, c.rootfs)
+
+    @asynccontextmanager
+    async def image_view(self, c: Container) -> AsyncIterator[Path]:
+        """``c``'s root as its image gives it (the init layer over the image's layers),
+        mounted read-only at ``c.view_dir`` for the block: for look-ups in a container that
+        never ran (a build's COPY: where its files go), with no upper dir, so that the
+        unmount syncs no file system (an overlay with one syncs all of that dir's file system
+        when unmounted: a build context just received, 50 MB, took 30 ms). A crash leaves the
+        view to ``restore``. Cancellation: unmounted."""
+        image = self.images.images.get(c.image_id)
+        if image is None:
+            raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
+        target = c.view_dir
+        lower = await trio.to_thread.run_sync(self._view_dirs, c, image.chain)
+        await mount_overlay(self.images.layers.root, lower, None, None, target)
+        try:
+            yield target
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(unmount_quietly, target)
+
+    def _view_dirs(self, c: Container, chain: list[str]) -> list[str]:
+        """Blocking: the view's lower dirs (two at least, as a read-only overlay needs)."""
+        c.view_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_init_layer(c.init_dir)
+        lower = [str(c.init_dir), *c.build_lowers,
+                 *(self.images.layers.lower_dirs(chain[-1]) if chain else [])]
+        if len(lower) < 2:  # FROM scratch: an empty dir below the init layer
+            empty = c.view_dir.with_name("view-empty")
+            empty.mkdir(exist_ok=True, mode=0o755)
+            lower.append(str(empty))
+        return lower
 
     def _prepare_dirs(self, c: Container, chain: list[str]) -> list[str] | None:
         """Blocking: the overlay's dirs; None if the rootfs is mounted already."""
