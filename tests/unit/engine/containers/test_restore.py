@@ -3,9 +3,11 @@ runs without a supervisor, exit codes say what happened, restart policies apply.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import trio
 
 from svc.engine.containers.container import Container
@@ -80,3 +82,21 @@ async def test_an_interrupted_removal_is_finished(tmp_path: Path) -> None:
     c = _container("5" * 64, State.REMOVING)
     runner, _, removed = await _restore(tmp_path, FakeRuntime(), c)
     assert removed == [c.id] and ("destroy", c.id) in runner.events
+
+
+async def test_a_build_view_a_crash_left_mounted_is_unmounted(tmp_path: Path) -> None:
+    """A COPY's read-only look-up view (``Runner.image_view``) mounted when the daemon died."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    c = _container("6" * 64, State.CREATED, started=False)
+    c.dir = tmp_path / c.id
+    c.view_dir.mkdir(parents=True)
+    await trio.run_process(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs",
+                            str(c.view_dir)])
+    try:
+        runner, _, _ = await _restore(tmp_path, FakeRuntime(), c)
+        assert not os.path.ismount(c.view_dir)
+        assert runner.torn_down == []  # nothing else of it was left
+    finally:
+        if os.path.ismount(c.view_dir):
+            await trio.run_process(["umount", str(c.view_dir)], check=False)
