@@ -17,6 +17,11 @@ work first (404s, 409s, reading the body) and then calls ``hijack(request)``:
 
 The client's EOF is *not* turned into ``http.disconnect``, so Quart does not cancel the view on
 a half-close. When the view returns, the socket is closed and Quart's own response is dropped.
+
+``POST /build`` with a body on a plain socket gets its body from the socket instead of from
+h11 (``svc.api.rawbody``, the extension's ``body``): h11 parses the head only; the response
+goes out through h11 as usual, with ``Connection: close``.
+
 Everything else (and websockets) is served by hypercorn unchanged.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -36,16 +42,19 @@ import hypercorn.trio.tcp_server
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Event as StreamEvent
-from hypercorn.protocol.events import StreamClosed
+from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.api import limits
+from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
 from svc.errors import Unavailable
 
 EXTENSION = "svc.hijack"
 RAW_STREAM = "application/vnd.svc.raw-stream"
 RECEIVE_BYTES = 1 << 20
+# the requests whose body is read from the socket by their view (``RawBody``)
+RAW_BODY_TARGET = re.compile(rb"(/v[0-9]+(\.[0-9]+)*)?/build(\?.*)?")
 
 
 def _wants_upgrade(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -77,7 +86,8 @@ class _HijackTaskGroup:
     async def spawn_app(self, app: Any, config: Any, scope: dict[str, Any],
                         send: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         if scope.get("type") == "http":
-            scope["extensions"][EXTENSION] = {"hijack": partial(self._protocol.hijack, scope)}
+            scope["extensions"][EXTENSION] = {"hijack": partial(self._protocol.hijack, scope),
+                                              "body": self._protocol.raw_body}
         result: Callable[..., Awaitable[None]] = await self._inner.spawn_app(
             app, config, scope, send)
         return result
@@ -92,6 +102,10 @@ class _Refused(Exception):
         self.status = status
 
 
+class _BodyTaken(Exception):
+    """h11 stops at a request's head: its body is the view's (``RawBody``)."""
+
+
 class HijackH11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view, and
     holding request heads to ``svc.api.limits``."""
@@ -103,6 +117,7 @@ class HijackH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.task_group = _HijackTaskGroup(self.task_group, self)  # type: ignore[assignment]
         self.raw: RawStream | None = None
+        self.raw_body: RawBody | None = None
         self.guard = limits.HeadGuard()
         self._refused_at: float | None = None
         self._discard_since: float | None = None  # an unread body being dropped
@@ -135,6 +150,13 @@ class HijackH11Protocol(H11Protocol):
         if self.raw is not None and isinstance(event, Closed):
             self.raw._on_closed()  # EOF or a failed write: never http.disconnect
             return
+        if self.raw_body is not None and isinstance(event, RawData):
+            # the body's: waits while the view reads the socket itself; after the body,
+            # bytes are dropped (the connection closes after the response)
+            await self.raw_body.feed(event.data)
+            return
+        if self.raw_body is not None and isinstance(event, Closed):
+            self.raw_body.abandon()
         conn = self.connection
         if isinstance(event, RawData) and isinstance(conn, h11.Connection) \
                 and conn.their_state is h11.IDLE:
@@ -148,11 +170,42 @@ class HijackH11Protocol(H11Protocol):
         except _Refused as refused:
             await self._refuse(refused.status)
             return
+        except _BodyTaken:
+            return
         conn = self.connection
         parsed = not isinstance(conn, h11.Connection) or conn.their_state is not h11.IDLE
         if parsed and self.guard.started is not None:
             self.guard.head_done()
             self._wake.set()
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        body = self._raw_body_for(request)
+        self.raw_body = body
+        await super()._create_stream(request)
+        if body is not None:
+            if self.connection.they_are_waiting_for_100_continue:
+                await self._send_h11_event(h11.InformationalResponse(
+                    status_code=100, headers=self.config.response_headers("h11")))
+            raise _BodyTaken
+
+    def _raw_body_for(self, request: h11.Request) -> RawBody | None:
+        """A ``RawBody`` for a ``POST /build`` with a body on a plain socket, else None."""
+        if request.method != b"POST" or not RAW_BODY_TARGET.fullmatch(request.target):
+            return None
+        sock = _plain_socket(self.send)
+        conn = self.connection
+        if sock is None or not isinstance(conn, h11.Connection):
+            return None
+        length: int | None = 0
+        for name, value in request.headers:
+            if name == b"transfer-encoding" and value.lower() == b"chunked":
+                length = None
+            elif name == b"content-length" and length is not None:
+                length = int(value)  # h11 checked it
+        if length == 0:
+            return None
+        data, closed = conn.trailing_data
+        return RawBody(length, bytes(data), sock, eof=closed)
 
     async def _check_protocol(self, event: h11.Request) -> None:
         # No HTTP/2 here (hijacking is HTTP/1.1): the prior-knowledge preface gets a 505, an
@@ -214,6 +267,11 @@ class HijackH11Protocol(H11Protocol):
     async def stream_send(self, event: StreamEvent) -> None:
         if self.raw is not None and not isinstance(event, StreamClosed):
             return  # the view's own response after a takeover is dropped
+        if self.raw_body is not None and self.raw_body.touched \
+                and isinstance(event, Response) and event.status_code >= 200:
+            # h11 never saw the body read by the view: no next request on this connection
+            event = Response(stream_id=event.stream_id, status_code=event.status_code,
+                             headers=[*event.headers, (b"connection", b"close")])
         await super().stream_send(event)
 
     async def _send_h11_event(self, event: Any) -> None:
@@ -232,6 +290,15 @@ class HijackH11Protocol(H11Protocol):
         with trio.CancelScope(shield=True):
             if self.raw is not None:  # the hijacking view is done: the connection closes
                 self._watch_scope.cancel()
+            body, self.raw_body = self.raw_body, None
+            if body is not None:
+                unread = body.take_back()
+                if unread is None:  # h11 never saw the body the view read: the end
+                    body.abandon()
+                    await super()._maybe_recycle()
+                    return
+                if unread and isinstance(self.connection, h11.Connection):
+                    self.connection.receive_data(unread)  # h11 reads the body after all
             conn = self.connection
             if isinstance(conn, h11.Connection) and conn.our_state is h11.DONE \
                     and conn.their_state is h11.SEND_BODY and not self.context.terminated.is_set():
@@ -241,8 +308,12 @@ class HijackH11Protocol(H11Protocol):
                 await self._close_stream()
                 self._discard_since = trio.current_time()
                 self._wake.set()
+                if body is not None:  # the read loop goes on, into the discarding
+                    body.abandon()
                 await self._discard(b"")
                 return
+            if body is not None:
+                body.abandon()
             await super()._maybe_recycle()
 
     async def _discard(self, data: bytes) -> None:
@@ -274,7 +345,8 @@ class HijackH11Protocol(H11Protocol):
         conn.start_next_cycle()
         await self.can_read.set()
         await self.send(Updated(idle=True))
-        await self._handle_events()  # a request that came along with the body's end
+        with contextlib.suppress(_BodyTaken):
+            await self._handle_events()  # a request that came along with the body's end
 
     async def hijack(self, scope: dict[str, Any], head: bytes | None = None) -> RawStream:
         conn = self.connection
@@ -309,6 +381,13 @@ def _plain_socket(send: Any) -> Any:
     """The connection's trio socket when it is not TLS (``send`` is TCPServer.protocol_send)."""
     stream = getattr(getattr(send, "__self__", None), "stream", None)
     return getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+
+
+def raw_body(request: Any) -> RawBody | None:
+    """The request's body as the socket gives it, when the protocol kept it from h11
+    (``POST /build`` on a plain socket: ``svc.api.rawbody``); else None."""
+    ext = request.scope.get("extensions", {}).get(EXTENSION)
+    return ext.get("body") if ext else None
 
 
 async def hijack(request: Any, head: bytes | None = None) -> RawStream:

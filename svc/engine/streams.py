@@ -1,11 +1,12 @@
 """Bridges between trio and the blocking storage code that runs in worker threads.
 
 ``prefetching`` gives a worker thread an async byte source (a request body) as a file that a
-trio task fills ahead of the reader; ``ThreadWriter`` lets a thread write a file-like stream
-that the trio side consumes from a bounded channel (a response body), in chunks of about
-``CHUNK`` bytes, so one thread hand-off carries a megabyte rather than a packet; ``FdWriter``
-writes straight to a taken-over connection; ``thread_iter`` drives a blocking iterator of
-chunks from worker threads.
+trio task fills ahead of the reader; ``reading`` does the same, or, for a source the thread
+can read itself (``ThreadReadable``: a build context read from its socket), hands it that;
+``ThreadWriter`` lets a thread write a file-like stream that the trio side consumes from a
+bounded channel (a response body), in chunks of about ``CHUNK`` bytes, so one thread hand-off
+carries a megabyte rather than a packet; ``FdWriter`` writes straight to a taken-over
+connection; ``thread_iter`` drives a blocking iterator of chunks from worker threads.
 
 Cancellation: the worker runs under ``trio.to_thread.run_sync`` from the host task. A cancelled
 request makes the thread's next read raise ``PumpAborted`` (``prefetching`` turns it back into
@@ -19,8 +20,9 @@ import os
 import select
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -162,6 +164,62 @@ async def prefetching(chunks: AsyncIterator[bytes],
             raise
         finally:
             nursery.cancel_scope.cancel()
+
+
+@runtime_checkable
+class ThreadReadable(Protocol):
+    """A byte source that a worker thread can read itself, without a trio task pumping it
+    (``svc.api.rawbody``: a request body the thread reads from the socket)."""
+
+    @property
+    def thread_readable(self) -> bool: ...
+
+    def thread_file(self) -> AbstractAsyncContextManager[Any]:
+        """A file the block's worker thread reads; leaving the block makes a waiting read
+        raise ``PumpAborted``."""
+        ...
+
+
+@asynccontextmanager
+async def reading(chunks: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+    """A file for a worker thread over ``chunks``: read by the thread itself when the source
+    allows it (``ThreadReadable``), else pumped by a trio task (``prefetching``).
+    Cancellation as ``prefetching``'s."""
+    if isinstance(chunks, ThreadReadable) and chunks.thread_readable:
+        async with chunks.thread_file() as f:
+            try:
+                yield f
+            except PumpAborted:
+                await trio.lowlevel.checkpoint()  # raises the Cancelled that aborted it
+                raise
+        return
+    async with prefetching(chunks) as reader:
+        yield reader
+
+
+class Prefixed(io.RawIOBase):
+    """A file that gives ``head`` (chunks already read) before ``rest`` (a file)."""
+
+    def __init__(self, head: Sequence[bytes], rest: Any) -> None:
+        self._head = deque(c for c in head if c)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._head:
+            chunk = self._head.popleft()
+            if size is not None and 0 <= size < len(chunk):
+                self._head.appendleft(chunk[size:])
+                chunk = chunk[:size]
+            return chunk
+        return bytes(self._rest.read(-1 if size is None else size))
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
 
 
 class ThreadWriter(io.RawIOBase):

@@ -19,6 +19,7 @@ from functools import partial
 from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 
+from svc.api.hijack import raw_body
 from svc.api.params import qbool, qint, qstr
 from svc.api.progress import progress_lines
 from svc.api.streaming import respond_chunked
@@ -74,6 +75,7 @@ async def build() -> Response:
         buildargs=_json_map("buildargs", nulls=True), labels=labels,
         host_config=_limits(), remote=qstr("remote") or None,
         registry_auth=decode_config_header(request.headers.get("X-Registry-Config"))))
-    received = await builder.receive(spec, request.body)  # failures: HTTP errors
+    body = raw_body(request) or request.body  # a context is read from the socket directly
+    received = await builder.receive(spec, body)  # failures: HTTP errors
     lines = progress_lines(partial(builder.build, received), "build")
     return await respond_chunked(lines, content_type="application/json", keep_alive=True)

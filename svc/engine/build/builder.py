@@ -40,7 +40,7 @@ from svc.engine.build.steps import dispatch
 from svc.engine.containers.service import ContainerService
 from svc.engine.images.pull import Puller
 from svc.engine.images.service import ImageService
-from svc.engine.streams import prefetching
+from svc.engine.streams import reading
 from svc.errors import InvalidParameter
 from svc.wire.reference import Reference
 
@@ -142,7 +142,7 @@ class Builder:
                 return Received(spec, work, ctxmod.Context(work / "context", work=work),
                                 parse(text, filename=name), early.replay(peeked, rest),
                                 name, hashlib.sha256(data).hexdigest())
-            async with prefetching(early.replay(peeked, rest)) as reader:
+            async with reading(early.replay(peeked, rest)) as reader:
                 ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader, work / "context")
         name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, svcfile_name)
         svcfile = parse(text, filename=name)
@@ -156,7 +156,7 @@ class Builder:
         raises, which cancels the build."""
         assert received.arriving is not None
         ctx = received.ctx
-        async with prefetching(received.arriving) as reader:
+        async with reading(received.arriving) as reader:
             await trio.to_thread.run_sync(ctxmod.unpack, reader, ctx.root, ctx)
         name = received.svcfile_name
         if ctx.hashes.get(name) != received.svcfile_hash:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from svc.build.ignore import IGNORE_FILES
 from svc.engine.build.context import MAX_SVCFILE, ContextError, clean_name
+from svc.engine.streams import Prefixed, ThreadReadable
 from svc.storage.compression import PrefixDecoder
 
 PEEK_PLAIN = MAX_SVCFILE + (1 << 20)  # plain bytes looked at, at most
@@ -110,11 +113,41 @@ async def peek(chunks: AsyncIterator[bytes], svcfile: str | None) -> Peek:
     return out
 
 
-async def replay(peeked: Peek, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+class Replay:
+    """The whole body again: the chunks the look read, then the rest; a worker thread reads
+    it itself when the rest allows it (``streams.ThreadReadable``)."""
+
+    def __init__(self, peeked: Peek, rest: AsyncIterator[bytes]) -> None:
+        self._peeked = peeked
+        self._rest = rest
+
+    def __aiter__(self) -> Replay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._peeked.chunks:
+            return self._peeked.chunks.pop(0)
+        if self._peeked.ended:
+            raise StopAsyncIteration
+        return await self._rest.__anext__()
+
+    @property
+    def thread_readable(self) -> bool:
+        rest = self._rest
+        return self._peeked.ended or (isinstance(rest, ThreadReadable)
+                                      and rest.thread_readable)
+
+    @asynccontextmanager
+    async def thread_file(self) -> AsyncIterator[Any]:
+        head, self._peeked.chunks = self._peeked.chunks, []
+        if self._peeked.ended:
+            yield Prefixed(head, io.BytesIO())
+            return
+        assert isinstance(self._rest, ThreadReadable)
+        async with self._rest.thread_file() as rest:
+            yield Prefixed(head, rest)
+
+
+def replay(peeked: Peek, rest: AsyncIterator[bytes]) -> Replay:
     """The whole body again: the chunks the look read, then the rest."""
-    for chunk in peeked.chunks:
-        yield chunk
-    peeked.chunks = []
-    if not peeked.ended:
-        async for chunk in rest:
-            yield chunk
+    return Replay(peeked, rest)
