@@ -15,9 +15,8 @@ import trio
 
 from tests.build.conftest import BASE, build, built_id, context_tar, stream_text
 from tests.build.test_build_context import _run
-from tests.build.test_build_disconnect import _state
+from tests.build.test_build_disconnect import _state, start_build
 from tests.support.daemon import Daemon
-from tests.support.http import connect, read_head
 
 BIG = os.urandom(8 << 20)  # a few ms of hashing: the RUN starts before the COPY's image exists
 
@@ -109,12 +108,7 @@ async def test_disconnect_while_the_copy_is_made(api: httpx.AsyncClient,
     before = await _state(api)
     body = context_tar({"Dockerfile": f"FROM {BASE}\nCOPY big /big\nRUN sleep 60\n",
                         "big": BIG})
-    s = await connect(bdaemon.sock)
-    await s.send_all(b"POST /v1.23/build?nocache=1 HTTP/1.1\r\nHost: svc\r\n"
-                     b"Content-Type: application/x-tar\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    buf = bytearray()
-    assert (await read_head(s, buf)).startswith(b"HTTP/1.1 200")
+    s, _ = await start_build(bdaemon.sock, body, "nocache=1")
     with trio.fail_after(30):
         while not (await api.get("/containers/json")).json():  # the RUN's container runs
             await trio.sleep(0.01)

@@ -17,16 +17,24 @@ async def _state(api: httpx.AsyncClient) -> tuple[set[str], set[str]]:
     return containers, images
 
 
+async def start_build(sock: object, body: bytes, query: str
+                      ) -> tuple[trio.SocketStream, bytearray]:
+    """POST /build over a raw connection, up to the answer's head (200); the connection and
+    what was read past the head."""
+    s = await connect(sock)
+    await s.send_all(f"POST /v1.23/build?{query} HTTP/1.1\r\nHost: svc\r\n".encode()
+                     + b"Content-Type: application/x-tar\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    buf = bytearray()
+    assert (await read_head(s, buf)).startswith(b"HTTP/1.1 200")
+    return s, buf
+
+
 async def test_disconnect_mid_run(api: httpx.AsyncClient, bdaemon: Daemon) -> None:
     before = await _state(api)
     body = context_tar({"Dockerfile": f"FROM {BASE}\nLABEL cut=1\nRUN echo started; sleep 60\n"
                                       "LABEL never=1\n"})
-    s = await connect(bdaemon.sock)
-    await s.send_all(b"POST /v1.23/build?t=cut:1 HTTP/1.1\r\nHost: svc\r\n"
-                     b"Content-Type: application/x-tar\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    buf = bytearray()
-    assert (await read_head(s, buf)).startswith(b"HTTP/1.1 200")
+    s, buf = await start_build(bdaemon.sock, body, "t=cut:1")
     with trio.fail_after(30):
         while b"started" not in buf:
             buf += await s.receive_some()

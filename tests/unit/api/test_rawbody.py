@@ -71,6 +71,11 @@ def test_bad_framing_is_refused(raw: bytes, message: str) -> None:
         Dechunker(None).feed(memoryview(raw), [])
 
 
+def _drain(f: object) -> None:
+    while f.read(65536):  # type: ignore[attr-defined]
+        pass
+
+
 async def _socketpair_body(length: int | None, raw: bytes, first: int
                            ) -> tuple[RawBody, trio.socket.SocketType, trio.socket.SocketType]:
     """A body whose first ``first`` bytes came with the head; the rest is sent on the
@@ -121,10 +126,6 @@ async def test_a_body_cut_short_is_refused_by_the_thread() -> None:
     async def hypercorn_loop() -> None:
         await body.feed(await server.recv(65536))
 
-    def read_all(f: object) -> None:
-        while f.read(65536):  # type: ignore[attr-defined]
-            pass
-
     async with trio.open_nursery() as n:
         n.start_soon(hypercorn_loop)
         await client.send(b"y" * 100)
@@ -133,7 +134,7 @@ async def test_a_body_cut_short_is_refused_by_the_thread() -> None:
         with pytest.RaisesGroup(pytest.RaisesExc(BodyError, match="ended early"),
                                 flatten_subgroups=True, allow_unwrapped=True):
             async with reading(body) as f:
-                await trio.to_thread.run_sync(read_all, f)
+                await trio.to_thread.run_sync(_drain, f)
     server.close()
 
 
@@ -145,16 +146,12 @@ async def test_leaving_the_block_wakes_the_thread_and_frees_the_loop() -> None:
         await body.feed(await server.recv(65536))
         freed.set()
 
-    def read_all(f: object) -> None:
-        while f.read(65536):  # type: ignore[attr-defined]
-            pass
-
     async with trio.open_nursery() as n:
         n.start_soon(hypercorn_loop)
         await client.send(b"z" * 10)
         with trio.move_on_after(0.5) as scope:  # the client went away: the build is cancelled
             async with reading(body) as f:
-                await trio.to_thread.run_sync(read_all, f)  # the thread's read is woken
+                await trio.to_thread.run_sync(_drain, f)  # the thread's read is woken
         assert scope.cancelled_caught
         with trio.fail_after(5):
             await freed.wait()
