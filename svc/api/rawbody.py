@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import select
 import threading
 from collections.abc import AsyncIterator
@@ -37,6 +38,7 @@ from svc.engine.streams import PumpAborted
 
 READ = 1 << 20  # bytes asked of the socket at once
 MAX_LINE = 4096  # a chunk-size or trailer line longer than this is refused
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class BodyError(ContextError):
@@ -98,13 +100,9 @@ class Dechunker:
             self._state = "size"
         elif self._state == "size":
             size = line.split(b";", 1)[0].strip()
-            try:
-                self._left = int(size, 16)
-            except ValueError:
-                raise BodyError(f"bad chunked request body: chunk size {size[:20]!r}") \
-                    from None
-            if self._left < 0 or not size.isalnum():
+            if not _HEX.fullmatch(size):  # not int()'s "0x", "_", signs or spaces
                 raise BodyError(f"bad chunked request body: chunk size {size[:20]!r}")
+            self._left = int(size, 16)
             self._state = "data" if self._left else "trailer"
         elif not line:  # the blank line after the last chunk (and its trailers)
             self.done = True
@@ -288,6 +286,8 @@ class _ThreadFile:
         return True
 
     def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (any size: what is at hand, as a socket gives it); b"" at
+        the body's end."""
         if self._pos >= len(self._out) and not self._fill():
             return b""
         if size < 0 or (self._pos == 0 and len(self._out) <= size):

@@ -208,6 +208,7 @@ class Prefixed(io.RawIOBase):
         return True
 
     def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes (any size: what is at hand); b"" at the end."""
         if self._head:
             chunk = self._head.popleft()
             if size is not None and 0 <= size < len(chunk):

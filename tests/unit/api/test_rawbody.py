@@ -63,6 +63,8 @@ def test_content_length_framing() -> None:
 @pytest.mark.parametrize("raw,message", [
     (b"zz\r\n", "chunk size b'zz'"),
     (b"-5\r\n", "chunk size b'-5'"),
+    (b"0x10\r\n", "chunk size b'0x10'"),
+    (b"1_0\r\n", "chunk size b'1_0'"),
     (b"3\r\nabcXX\r\n", "no CRLF after a chunk's data"),
     (b"f" * 5000, "a line is too long"),
 ])
