@@ -315,9 +315,7 @@ class Runner:
     def _view_dirs(self, c: Container, chain: list[str]) -> list[str]:
         """Blocking: the view's lower dirs (two at least, as a read-only overlay needs)."""
         c.view_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        make_init_layer(c.init_dir)
-        lower = [str(c.init_dir), *c.build_lowers,
-                 *(self.images.layers.lower_dirs(chain[-1]) if chain else [])]
+        lower = self._lower_dirs(c, chain)
         if len(lower) < 2:  # FROM scratch: an empty dir below the init layer
             empty = c.view_dir.with_name("view-empty")
             empty.mkdir(exist_ok=True, mode=0o755)
@@ -330,6 +328,11 @@ class Runner:
             return None
         for d in (c.upper_dir, c.work_dir, c.rootfs):
             d.mkdir(parents=True, exist_ok=True, mode=0o755)
+        return self._lower_dirs(c, chain)
+
+    def _lower_dirs(self, c: Container, chain: list[str]) -> list[str]:
+        """Blocking: ``c``'s overlay lower dirs, top first: its init layer (made here if
+        need be), a build's layers above the image (``build_lowers``), the image's."""
         make_init_layer(c.init_dir)
         lower = self.images.layers.lower_dirs(chain[-1]) if chain else []
         return [str(c.init_dir), *c.build_lowers, *lower]
