@@ -156,7 +156,7 @@ class HijackH11Protocol(H11Protocol):
             await self.raw_body.feed(event.data)
             return
         if self.raw_body is not None and isinstance(event, Closed):
-            self.raw_body.abandon()
+            self.raw_body.release()
         conn = self.connection
         if isinstance(event, RawData) and isinstance(conn, h11.Connection) \
                 and conn.their_state is h11.IDLE:
@@ -294,7 +294,7 @@ class HijackH11Protocol(H11Protocol):
             if body is not None:
                 unread = body.take_back()
                 if unread is None:  # h11 never saw the body the view read: the end
-                    body.abandon()
+                    body.release()
                     await super()._maybe_recycle()
                     return
                 if unread and isinstance(self.connection, h11.Connection):
@@ -309,11 +309,11 @@ class HijackH11Protocol(H11Protocol):
                 self._discard_since = trio.current_time()
                 self._wake.set()
                 if body is not None:  # the read loop goes on, into the discarding
-                    body.abandon()
+                    body.release()
                 await self._discard(b"")
                 return
             if body is not None:
-                body.abandon()
+                body.release()
             await super()._maybe_recycle()
 
     async def _discard(self, data: bytes) -> None:

@@ -93,6 +93,16 @@ class Dechunker:
             self._line_done(line)
         return pos
 
+    def decode(self, raw: Any) -> bytes:
+        """The payload in ``raw`` (bytes read), joined; what follows the body is dropped."""
+        pieces: list[memoryview] = []
+        with memoryview(raw) as view:
+            self.feed(view, pieces)
+            out = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+            for p in pieces:
+                p.release()
+        return out
+
     def _line_done(self, line: bytes) -> None:
         if self._state == "data-end":
             if line:
@@ -158,7 +168,10 @@ class RawBody:
         if data:
             await self._released.wait()
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """The body is done with: read to its end, given up by its consumer, or its request
+        is over (answered, or its connection closed). hypercorn reads again; whatever is
+        left of the body is dropped."""
         self._released.set()
         self._changed.set()
 
@@ -171,11 +184,6 @@ class RawBody:
         with self._lock:
             return bytes(self._raw[self._initial:])
 
-    def abandon(self) -> None:
-        """The request is over (answered, or its connection closed): hypercorn reads again,
-        whatever is left of the body is dropped."""
-        self._release()
-
     # -- trio consumer ------------------------------------------------------------------
 
     thread_readable = True  # ``svc.engine.streams.ThreadReadable``
@@ -187,7 +195,7 @@ class RawBody:
         self.touched = True
         while True:
             if self._dechunker.done:
-                self._release()
+                self.release()
                 raise StopAsyncIteration
             with self._lock:
                 raw, self._raw = self._raw, bytearray()
@@ -198,7 +206,7 @@ class RawBody:
                     return out
                 continue
             if eof:
-                self._release()
+                self.release()
                 raise BodyError("the request body ended early")
             if parked:
                 data = await self._sock.recv(READ)
@@ -212,21 +220,10 @@ class RawBody:
             await self._changed.wait()
 
     def _decode(self, raw: bytearray) -> bytes:
-        """Payload decoded from ``raw``; unused bytes (after the body) are dropped."""
-        pieces: list[memoryview] = []
-        with memoryview(raw) as view:
-            self._dechunker.feed(view, pieces)
-            out = b"".join(pieces)
-            for p in pieces:
-                p.release()
+        out = self._dechunker.decode(raw)
         if self._dechunker.done:
-            self._release()
+            self.release()
         return out
-
-    async def aclose(self) -> None:
-        """The consumer gives up: hypercorn reads again (the connection closes after the
-        response)."""
-        self._release()
 
     # -- thread consumer ----------------------------------------------------------------
 
@@ -262,7 +259,7 @@ class RawBody:
                     nursery.cancel_scope.cancel()
         finally:
             wake()
-            self._release()
+            self.release()
             os.close(wake_w)
             f.close_fds()
 
@@ -318,7 +315,7 @@ class _ThreadFile:
             if self.aborted:
                 raise PumpAborted("the build was cancelled")
             if raw:
-                self._out = self._decode(raw)
+                self._out = self._body._dechunker.decode(raw)
                 self._pos = 0
                 if self._out:
                     return True
@@ -331,19 +328,10 @@ class _ThreadFile:
                 with body._lock:
                     body._eof = True
                 continue
-            self._out = self._decode(memoryview(self._buf)[:n])
+            self._out = self._body._dechunker.decode(memoryview(self._buf)[:n])
             self._pos = 0
             if self._out:
                 return True
-
-    def _decode(self, raw: Any) -> bytes:
-        pieces: list[memoryview] = []
-        with memoryview(raw) as view:
-            self._body._dechunker.feed(view, pieces)
-            out = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
-            for p in pieces:
-                p.release()
-        return out
 
     def _recv(self) -> int:
         """One read of the socket into the buffer (waiting for it, or for the wake pipe)."""
@@ -364,5 +352,5 @@ class _ThreadFile:
                 raise
 
     def _done(self) -> None:
-        self._body._token.run_sync_soon(self._body._release)
+        self._body._token.run_sync_soon(self._body.release)
 
