@@ -87,16 +87,14 @@ async def run_step(job: Job, cmd: list[str]) -> None:
     await job.out.line(f" ---> Running in {c.short_id}")
     try:
         code = await _run_streaming(job, c, pending)
-    except Exception:
-        if pending is not None:  # the container stays (a failed step's): on its real image
+    finally:
+        if pending is not None:  # a failed step's container stays: on its real image too
             await pending.done.wait()
             if pending.image is not None:
                 await job.containers.rebase(c, pending.image)
-        raise
     if pending is not None:
-        await job.settle()
+        await job.settle()  # its error, if the image was not made
         image = job.require_image("RUN")
-        await job.containers.rebase(c, image)
     if code != 0:
         raise StepFailed(f"The command '{' '.join(cmd)}' returned a non-zero code: {code}",
                          code)
