@@ -254,16 +254,6 @@ class LayerStore:
             raise
         return StagedLayer(path, result.diff_id, result.size, result.tar_size)
 
-    def stage_dir(self, fill: Callable[[Path], None]) -> StagedLayer:
-        """A layer built in place and described at once (``stage_tree``, ``describe``)."""
-        staged = self.stage_tree(fill)
-        try:
-            self.describe(staged)
-        except BaseException:
-            self.discard(staged)
-            raise
-        return staged
-
     def stage_tree(self, fill: Callable[[Path], None]) -> StagedLayer:
         """A layer built in place: ``fill(diff)`` lays out its tree in a new temp dir, in the
         store's format (no ``.wh.`` files), which gets its short link at once

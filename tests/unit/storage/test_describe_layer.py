@@ -1,19 +1,21 @@
-"""A layer laid out in place (``LayerStore.stage_dir``): its diff id and skeleton are those of
-the tar ``produce_layer`` writes for the same tree, and the store rebuilds that exact tar. A
-tree staged by ``stage_tree`` is mountable through its short link before it is described and
-after it is committed; a copy of a layer the store has already stays until discarded."""
+"""A layer laid out in place (``LayerStore.stage_tree``, then ``describe``): its diff id and
+skeleton are those of the tar ``produce_layer`` writes for the same tree, and the store
+rebuilds that exact tar. A tree staged by ``stage_tree`` is mountable through its short link
+before it is described and after it is committed; a copy of a layer the store has already
+stays until discarded."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from svc.storage.layerproduce import produce_layer
-from svc.storage.layers import LayerStore
+from svc.storage.layers import LayerStore, StagedLayer
 
 BIG = os.urandom(3 << 20)
 
@@ -29,10 +31,16 @@ def _fill(diff: Path) -> None:
         os.utime(p, (1_600_000_000, 1_600_000_000), follow_symlinks=False)
 
 
+def _stage_dir(store: LayerStore, fill: Callable[[Path], None]) -> StagedLayer:
+    staged = store.stage_tree(fill)
+    store.describe(staged)
+    return staged
+
+
 def test_stage_dir_matches_produce_layer(tmp_path: Path) -> None:
     store = LayerStore(tmp_path / "layers")
     store.prepare()
-    staged = store.stage_dir(_fill)
+    staged = _stage_dir(store, _fill)
     produced = io.BytesIO()
     diff_id = produce_layer(staged.path / "diff", produced)
     assert staged.diff_id == diff_id
@@ -54,7 +62,7 @@ def test_stage_dir_failure_leaves_nothing(tmp_path: Path) -> None:
         raise ValueError("no")
 
     with pytest.raises(ValueError):
-        store.stage_dir(fail)
+        _stage_dir(store, fail)
     assert [p.name for p in (tmp_path / "layers").iterdir() if p.name.startswith("tmp-")] == []
 
 
@@ -84,7 +92,7 @@ def test_stage_tree_link_follows_the_commit(tmp_path: Path) -> None:
 def test_a_staged_copy_of_a_known_layer_stays_until_discarded(tmp_path: Path) -> None:
     store = LayerStore(tmp_path / "layers")
     store.prepare()
-    first = store.stage_dir(_fill)
+    first = _stage_dir(store, _fill)
     layer = store.commit(first, None)
     second = store.stage_tree(_fill)
     store.describe(second)
