@@ -364,9 +364,8 @@ class Runner:
             nursery.start_soon(self._delete_state, c)
             await self.networks.release(c.id)
         await self._unmount_volumes(c)
-        cgroup = self.cgroup_of(c)
-        if self.cgroups.exists(cgroup):
-            await trio.to_thread.run_sync(self.cgroups.remove, cgroup)
+        # in the worker thread, missing or not: finding out takes a stat per hierarchy
+        await trio.to_thread.run_sync(self.cgroups.remove, self.cgroup_of(c))
         await self.unmount(c, unless_read=True)  # else the last archive reader unmounts
         await trio.to_thread.run_sync(partial(remove_tree, self.bundle_dir(c), ignore_errors=True))
 
