@@ -143,6 +143,17 @@ class Launches:
         return self.generation
 
 
+def any_exited_child() -> bool:
+    """Whether some child of this process has exited and is not reaped yet (none is reaped
+    here). Most SIGCHLDs are runc's processes and container inits that their own waiters
+    reaped at once; without such a child, a scan of /proc (a file read per process on the
+    host) can find nothing."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no children at all
+        return False
+
+
 async def reap_orphans(tracked: Callable[[], Collection[int]], launches: Launches, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Reap container orphans re-parented to the daemon, on each SIGCHLD (until cancelled).
@@ -156,7 +167,8 @@ async def reap_orphans(tracked: Callable[[], Collection[int]], launches: Launche
             await trio.sleep(0.05)  # let a burst of exits arrive together
             while True:
                 seen = await launches.wait_idle()
-                pids = await trio.to_thread.run_sync(orphan_zombies, set(tracked()))
+                pids = await trio.to_thread.run_sync(orphan_zombies, set(tracked())) \
+                    if any_exited_child() else []
                 if not launches.count and launches.generation == seen:
                     break
             for pid in pids:  # no checkpoint from the check to here: nothing can start

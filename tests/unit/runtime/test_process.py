@@ -1,6 +1,6 @@
 """The orphan reaper leaves alone a zombie whose launch is still in flight (its exit code
 belongs to the supervisor that is about to record its pid), and reaps it once the launch
-is over and nobody tracks it."""
+is over and nobody tracks it; it scans /proc only when some child has exited."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from svc.runtime.process import Launches, reap_orphans
+from svc.runtime.process import Launches, any_exited_child, reap_orphans
 
 
 def state(pid: int) -> str | None:
@@ -56,3 +56,12 @@ async def test_a_launch_in_flight_keeps_its_zombie_from_the_reaper() -> None:
         await wait_state(orphan, None)
         await wait_state(other, None)
         nursery.cancel_scope.cancel()
+
+
+async def test_an_exited_child_is_seen_and_left_unreaped() -> None:
+    """The reaper's check before a scan of /proc: it sees a zombie child and reaps nothing."""
+    pid = spawn_exited()
+    await wait_state(pid, "Z")
+    assert any_exited_child()
+    assert state(pid) == "Z"  # still there for whoever waits for it
+    assert os.waitpid(pid, os.WNOHANG)[0] == pid  # noqa: ASYNC222 - a zombie
