@@ -20,7 +20,7 @@ import os
 import select
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -195,32 +195,6 @@ async def reading(chunks: AsyncIterator[bytes]) -> AsyncIterator[Any]:
         return
     async with prefetching(chunks) as reader:
         yield reader
-
-
-class Prefixed(io.RawIOBase):
-    """A file that gives ``head`` (chunks already read) before ``rest`` (a file)."""
-
-    def __init__(self, head: Sequence[bytes], rest: Any) -> None:
-        self._head = deque(c for c in head if c)
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes (any size: what is at hand); b"" at the end."""
-        if self._head:
-            chunk = self._head.popleft()
-            if size is not None and 0 <= size < len(chunk):
-                self._head.appendleft(chunk[size:])
-                chunk = chunk[:size]
-            return chunk
-        return bytes(self._rest.read(-1 if size is None else size))
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
 
 
 class ThreadWriter(io.RawIOBase):

@@ -14,7 +14,9 @@ import bz2
 import io
 import lzma
 import zlib
-from typing import BinaryIO, Protocol, cast
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, BinaryIO, Protocol, cast
 
 from svc.errors import InvalidParameter
 
@@ -80,28 +82,37 @@ def sniff(head: bytes) -> str:
     return "plain"
 
 
-class _Prefixed(io.RawIOBase):
-    """A plain stream whose first bytes were already read for sniffing."""
+class Prefixed(io.RawIOBase):
+    """A file that gives ``head`` (chunks already read from ``src``: the bytes sniffed here,
+    or what a build looked at first) before the rest of ``src``."""
 
-    def __init__(self, src: BinaryIO, head: bytes) -> None:
+    def __init__(self, head: Sequence[bytes], src: Any) -> None:
+        self._head = deque(c for c in head if c)
         self._src = src
-        self._head = head
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes, as they come (a chunk of the head, or one read of ``src``);
+        b"" at the end."""
+        if size is None or size < 0:
+            return self.readall()
         if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
+            chunk = self._head.popleft()
+            if size < len(chunk):
+                self._head.appendleft(chunk[size:])
+                chunk = chunk[:size]
+            return chunk
+        return bytes(self._src.read(size))
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         readinto = getattr(self._src, "readinto", None)
-        if readinto is not None:
-            return int(readinto(buffer) or 0)
-        data = self._src.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        if self._head or readinto is None:
+            data = self.read(len(buffer))
+            buffer[:len(data)] = data
+            return len(data)
+        return int(readinto(buffer) or 0)
 
 
 class _Decompressing(io.RawIOBase):
@@ -186,7 +197,7 @@ def open_decompressed(stream: BinaryIO) -> BinaryIO:
         head += more
     kind = sniff(head)
     raw: io.RawIOBase
-    raw = _Prefixed(stream, head) if kind == "plain" else _Decompressing(stream, head, kind)
+    raw = Prefixed([head], stream) if kind == "plain" else _Decompressing(stream, head, kind)
     return cast(BinaryIO, io.BufferedReader(raw, CHUNK))
 
 

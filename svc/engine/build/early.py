@@ -25,8 +25,8 @@ from typing import Any
 
 from svc.build.ignore import IGNORE_FILES
 from svc.engine.build.context import MAX_SVCFILE, ContextError, clean_name
-from svc.engine.streams import Prefixed, ThreadReadable
-from svc.storage.compression import PrefixDecoder
+from svc.engine.streams import ThreadReadable
+from svc.storage.compression import PrefixDecoder, Prefixed
 
 PEEK_PLAIN = MAX_SVCFILE + (1 << 20)  # plain bytes looked at, at most
 PEEK_RAW = 4 * PEEK_PLAIN  # bytes of the body read for it, at most
