@@ -9,7 +9,7 @@ it: the upload of 50 MB took twice as long as ``tar -c | tar -x``. So the protoc
 the body has more to come than hypercorn already read, hypercorn's read loop waits
 (``feed``) while the consumer reads the socket itself: a trio task with ``__anext__`` (the
 look at the first bytes, ``svc.engine.build.early``), then the unpacking thread through
-``thread_file`` (``recv_into`` its own buffer; the GIL is free while it waits). The HTTP/1.1
+``thread_file`` (``readv`` into its own buffer; the GIL is free while it waits). The HTTP/1.1
 framing (``Content-Length`` or chunked) is decoded here (``Dechunker``).
 
 After the body (or when its consumer gives up), hypercorn reads again: a client that goes

@@ -67,16 +67,15 @@ def _mount_data(layer_root: Path, lower_dirs: Sequence[str], upper: Path | None,
     """The layer root, the mount data relative to it (for mount(8) run there) and the same
     with every path absolute (for mount(2) from the daemon)."""
     root, features = layer_root.resolve(), supported_off_features()
-    if upper is None or work is None:
-        relative = overlay_options(lower_dirs, None, None, features=features)
-        absolute = overlay_options([os.path.join(root, d) for d in lower_dirs], None, None,
-                                   features=features)
-        return root, relative, absolute
-    upper, work = upper.resolve(), work.resolve()
-    relative = overlay_options(lower_dirs, _relative(upper, root), _relative(work, root),
+    rel: tuple[str | None, str | None] = (None, None)  # read-only: no upper and work dirs
+    full: tuple[str | None, str | None] = (None, None)
+    if upper is not None and work is not None:
+        upper, work = upper.resolve(), work.resolve()
+        rel = (_relative(upper, root), _relative(work, root))
+        full = (str(upper), str(work))
+    relative = overlay_options(lower_dirs, *rel, features=features)
+    absolute = overlay_options([os.path.join(root, d) for d in lower_dirs], *full,
                                features=features)
-    absolute = overlay_options([os.path.join(root, d) for d in lower_dirs], str(upper),
-                               str(work), features=features)
     return root, relative, absolute
 
 
