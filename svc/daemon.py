@@ -38,7 +38,7 @@ from svc.api.server import (
 from svc.config import DaemonConfig
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
-from svc.memory import scavenge
+from svc.memory import freeze_imports, scavenge
 from svc.registry.transport import RegistryConfig
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.runc import Runc
@@ -130,6 +130,7 @@ def run_daemon(config: DaemonConfig,
     # Each connection costs a descriptor and the connection cap is half the soft limit: raise
     # it to the hard limit as dockerd does (containers get their own from the spec).
     log.debug("descriptor limit %d", limits.raise_nofile())
+    freeze_imports()  # before the state: records a removal makes garbage stay collectable
     try:
         try:
             engine_config = EngineConfig(root=config.root, exec_root=config.exec_root,

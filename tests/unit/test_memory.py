@@ -4,6 +4,8 @@ process alone (``svc.memory``), measured on this process's own RSS."""
 from __future__ import annotations
 
 import resource
+import subprocess
+import sys
 from functools import partial
 
 import pytest
@@ -74,3 +76,35 @@ def test_a_tuned_heap_reuses_freed_stream_buffers() -> None:
     stream(100)  # 300 MB through the heap
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert faults < 1000, f"{faults} page faults: freed buffers were given back and refetched"
+
+
+FREEZE_PROBE = """
+import gc, weakref
+import svc.daemon  # what the daemon has imported when it freezes
+from svc.memory import freeze_imports
+
+class Node:
+    pass
+
+before = Node()
+before.me = before  # a cycle made before the freeze: never walked again
+freeze_imports()
+frozen = gc.get_freeze_count()
+after = Node()
+after.me = after  # a cycle made after it: still collected
+gone = weakref.ref(after)
+del after
+gc.collect()
+print(frozen, gone() is None, gc.get_freeze_count() == frozen)
+"""
+
+
+def test_freeze_imports_leaves_later_cycles_collectable() -> None:
+    """The daemon's imports go to the permanent generation (the full collection no longer
+    walks them); a reference cycle made afterwards is collected as before."""
+    out = subprocess.run([sys.executable, "-c", FREEZE_PROBE], check=True, capture_output=True,
+                         text=True).stdout.split()
+    frozen, collected, unchanged = int(out[0]), out[1] == "True", out[2] == "True"
+    assert frozen > 50_000, f"only {frozen} objects were frozen"
+    assert collected
+    assert unchanged
