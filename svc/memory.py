@@ -24,7 +24,7 @@ back what a burst left.
 Where the C library is not glibc, there is nothing to call and the scavenger returns at once.
 
 Python's own collector is the third part: its full (oldest generation) collection walks every
-tracked object, and after the imports that is about 100,000 (modules, classes, functions,
+tracked object, and after the imports that is about 90,000 (modules, classes, functions,
 pydantic's validators) that never become garbage. Each full collection took 50-70 ms with the
 GIL held, and under load they came every few hundred milliseconds (seven within 1.5 s of the
 100-subscriber events benchmark): every request and stream in the daemon stood still

@@ -5,8 +5,8 @@ container is committed into the step's image and removed afterwards (``rm``/``fo
 
 A COPY laid out in place leaves its layer to be hashed and its image made in the background
 (``Job.defer``); a RUN right after it runs on the staged layer meanwhile (its container made
-from the COPY's parent image with that layer above it), and names the COPY's image once it
-exists, before its own commit.
+from the COPY's parent image with that layer above it; the hashing begins once its command
+runs), and names the COPY's image once it exists, before its own commit.
 
 Cancellation: the container stays in ``job.temp``, which ``Job.discard`` empties (killing
 a running command) when the build is cancelled.
@@ -89,7 +89,7 @@ async def run_step(job: Job, cmd: list[str]) -> None:
         code = await _run_streaming(job, c, pending)
     finally:
         if pending is not None:  # a failed step's container stays: on its real image too
-            await pending.done.wait()
+            await pending.wait()
             if pending.image is not None:
                 await job.containers.rebase(c, pending.image)
     if pending is not None:
@@ -105,13 +105,15 @@ async def _run_streaming(job: Job, c: Container, pending: Pending | None) -> int
     """Start ``c`` and pass its output on as it comes; its exit code, as soon as the process
     has ended (the commit goes on while the supervisor tears the container down). On a
     ``pending`` image's staged layer, the start (which mounts it) keeps that layer's commit
-    from moving it meanwhile."""
+    from moving it meanwhile, and that image is made once the command runs."""
     attachment = c.hub.subscribe(stdout=True, stderr=True)
     text = {1: StreamText(), STDERR: StreamText()}
     exits = c.exits
     try:
         async with pending.mounting if pending is not None else contextlib.nullcontext():
             await job.containers.start(c)
+        if pending is not None:
+            pending.wanted.set()
         while (chunks := await attachment.take()) is not None:
             for stream, data in chunks:
                 decoded = text[stream].feed(data)
