@@ -1,9 +1,13 @@
 """What the COPY/ADD cache key must tell apart: a renamed source (by a plain name, a glob,
 several sources, a URL) and another ``--chown`` each miss the cache, and the image then has
-the new name and owner (an ADD'd archive's files too)."""
+the new name and owner (an ADD'd archive's files too). A build without the cache computes its
+keys later, with its images (its large files not hashed as they came), and names its steps
+as a build with it does: a later build hits them."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import httpx
@@ -42,3 +46,22 @@ async def test_another_chown_misses_the_cache(api: httpx.AsyncClient) -> None:
     msgs = await build(api, files)
     assert "Using cache" not in stream_text(msgs)
     assert await _run(api, built_id(msgs), "stat -c %u:%g /o/f") == "1000:1000\n"
+
+
+async def test_a_nocache_build_names_its_copy_for_later_builds(api: httpx.AsyncClient) -> None:
+    files: dict[str, bytes | str] = {
+        "Dockerfile": f"FROM {BASE}\nCOPY big /k/big\nCOPY small /k/\nENV DONE=1\n",
+        "big": os.urandom(5 << 20), "small": "small\n"}  # hashed later, and as it came
+    msgs = await build(api, files, nocache="1")
+    first = built_id(msgs)
+    copies = re.findall(r"Step [23] : COPY \S+ /k/\S*\n ---> ([0-9a-f]{12})\n",
+                        stream_text(msgs))
+    assert len(copies) == 2, stream_text(msgs)
+    for short, dest in zip(copies, ("/k/big", "/k/"), strict=True):
+        cfg = (await api.get(f"/images/{short}/json")).json()["ContainerConfig"]
+        assert re.fullmatch(rf"#\(nop\) COPY file:[0-9a-f]{{64}} in {dest}", cfg["Cmd"][-1]), \
+            cfg["Cmd"]
+    msgs = await build(api, files)
+    text = stream_text(msgs)
+    assert text.count(" ---> Using cache\n") == 3, text
+    assert built_id(msgs) == first

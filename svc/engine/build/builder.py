@@ -139,11 +139,13 @@ class Builder:
                 text = data.decode("utf-8", errors="replace")
                 if not text.strip():
                     raise ctxmod.ContextError(f"The Dockerfile ({name}) cannot be empty")
-                return Received(spec, work, ctxmod.Context(work / "context", work=work),
+                return Received(spec, work, ctxmod.Context(work / "context", work=work,
+                                                           hash_large=not spec.nocache),
                                 parse(text, filename=name), early.replay(peeked, rest),
                                 name, hashlib.sha256(data).hexdigest())
             async with reading(early.replay(peeked, rest)) as reader:
-                ctx = await trio.to_thread.run_sync(ctxmod.unpack, reader, work / "context")
+                ctx = await trio.to_thread.run_sync(partial(
+                    ctxmod.unpack, reader, work / "context", hash_large=not spec.nocache))
         name, text = await trio.to_thread.run_sync(ctxmod.read_svcfile, ctx, svcfile_name)
         svcfile = parse(text, filename=name)
         await trio.to_thread.run_sync(ctxmod.apply_ignore, ctx)

@@ -19,6 +19,7 @@ import copy
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -174,6 +175,15 @@ async def _keys(job: Job, found: list[sources.Source]) -> list[str]:
     return keys
 
 
+@dataclass(frozen=True)
+class _OwedKey:
+    """The content key of a step's sources, computed with its image (``_commit_staged``)
+    rather than before the step: ``name(key)`` is the step's command with it."""
+
+    found: list[sources.Source]
+    name: Callable[[str], list[str]]
+
+
 async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     cmd = inst.cmd.upper()
     if len(args) < 2:
@@ -187,18 +197,31 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     if len(found) > 1 and not dest.endswith("/"):
         raise StepFailed(f"When using {cmd} with more than one source file, the destination "
                          "must be a directory and end with a /")
-    key = sources.combined_key(await _keys(job, found))
     chown = f"--chown={owner[0]}:{owner[1]} " if owner else ""
-    probe = {**job.config, "Cmd": imaging.nop(f"{cmd} {chown}{key} in {dest}"),
+
+    def name(key: str) -> list[str]:
+        return imaging.nop(f"{cmd} {chown}{key} in {dest}")
+
+    archives = [s for s in found if cmd == "ADD" and not s.is_dir and s.path not in downloaded
+                and await trio.to_thread.run_sync(sources.is_archive, s.path)]
+    env = list(job.config.get("Env") or [])
+    if job.cache_busted and job.spec.rm and not archives:
+        # No cache is asked, so the key decides nothing here: it only names the step in its
+        # image, and is computed with it (a large file of a nocache build's context was not
+        # hashed as it came). The container goes when the step ends; until then (or, if the
+        # step fails, for good) its command names the sources as the instruction does.
+        probe = {**job.config, "Cmd": name(" ".join(srcs)), "Image": image.id}
+        c = await _create(job, image, probe["Cmd"], env)
+        await _copy_in_place(job, c, cmd, found, dest_abs, owner, probe, _OwedKey(found, name))
+        return
+    probe = {**job.config, "Cmd": name(sources.combined_key(await _keys(job, found))),
              "Image": image.id}
     if await job.probe(probe):
         return
-    c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
-    archives = [s for s in found if cmd == "ADD" and not s.is_dir and s.path not in downloaded
-                and await trio.to_thread.run_sync(sources.is_archive, s.path)]
+    c = await _create(job, image, probe["Cmd"], env)
     plain = [s for s in found if s not in archives]
     if not archives:
-        await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe)
+        await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe, None)
         return
     dest_is_dir = bool(archives) or await _is_dir(job, c, dest_abs)
     members = sources.plan(plain, dest_abs, dest_is_dir)
@@ -214,9 +237,10 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
 
 async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.Source],
                          dest_abs: str, owner: tuple[int, int] | None,
-                         probe: dict[str, Any]) -> None:
+                         probe: dict[str, Any], owed: _OwedKey | None) -> None:
     """The step's layer laid out directly in the layer store (``copylayer``), the image's
-    root (``c``'s, never started) mounted read-only for the look-ups of where things go."""
+    root (``c``'s, never started) mounted read-only for the look-ups of where things go.
+    ``owed``: the sources' key is computed with the image."""
     store = job.images.layers
     async with job.containers.fs.image_view(c) as root:
         dest_is_dir = await trio.to_thread.run_sync(_dir_in, root, dest_abs)
@@ -235,19 +259,25 @@ async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.S
         except OSError as exc:
             raise StepFailed(f"{cmd} failed: {exc}") from None
         await job.defer(parent, staged, partial(_commit_staged, job, cmd, c.id, staged,
-                                                config, probe, job.author))
+                                                config, probe, job.author, owed))
 
 
 async def _commit_staged(job: Job, cmd: str, container_id: str, staged: StagedLayer,
                          config: dict[str, Any], probe: dict[str, Any], author: str,
-                         pending: Pending) -> Image:
+                         owed: _OwedKey | None, pending: Pending) -> Image:
     """The staged layer described (its diff id: one read of its files), put into the store
-    on top of ``pending.parent``, and the step's image made of it; in the background while
-    the next step runs. Cancellation: a layer committed but not yet used by an image is
-    released (removed when nothing else holds it); the staged dir goes with
-    ``Job.drop_staged``."""
+    on top of ``pending.parent``, and the step's image made of it, named by its sources'
+    key (computed first when ``owed``); in the background while the next step runs.
+    Cancellation: a layer committed but not yet used by an image is released (removed when
+    nothing else holds it); the staged dir goes with ``Job.drop_staged``."""
     store = job.images.layers
     parent = pending.parent
+    if owed is not None:
+        try:
+            key = sources.combined_key(await _keys(job, owed.found))
+        except OSError as exc:
+            raise StepFailed(f"{cmd} failed: {exc}") from None
+        probe = {**probe, "Cmd": owed.name(key)}
     try:
         await trio.to_thread.run_sync(store.describe, staged)
     except OSError as exc:

@@ -1,6 +1,10 @@
 """The build context: the request body (a tar, identity, gzip, bzip2 or xz) unpacked into a
 private directory as it arrives, checked entry by entry, every regular file hashed as it is
-written (COPY and ADD cache keys then cost no second read).
+written (COPY and ADD cache keys then cost no second read). A build with ``nocache`` asks no
+cache, so its COPY and ADD keys are computed later, with their images, while the next step
+runs (``containers._OwedKey``): its files larger than an instructions file may be
+(``MAX_SVCFILE``) are not hashed as they come, which leaves the machine's cores to the
+upload (a 50 MB file: 30 ms of sha256 beside it).
 
 Refused, with the entry named, before anything of it is used: names that leave the context
 (absolute, ``..`` above the root), entries below a symlink of the archive (writing through
@@ -53,6 +57,8 @@ class Context:
     root: Path
     work: Path | None = None  # the build's own directory (downloads of ADD <url> go there)
     hashes: dict[str, str] = field(default_factory=dict)  # "a/b" -> hex digest
+    # False: files over MAX_SVCFILE are not hashed as they come (nor put in ``hashes``)
+    hash_large: bool = True
     received: int = 0  # bytes of the body read
     size: int = 0  # bytes written
     # context inodes hard-linked into a layer by a COPY (and how often): not linked again
@@ -214,13 +220,15 @@ class _Unpacker:
 
     def _file(self, tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, target: Path) -> None:
         check_room(self.ctx.size, m.size, m.name, self.ctx.root, "build context")
-        digest = hashlib.sha256()
-        self.pending[rel] = digest
+        digest = hashlib.sha256() if self.ctx.hash_large or m.size <= MAX_SVCFILE else None
+        if digest is not None:
+            self.pending[rel] = digest
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         flushed = written = 0
         with os.fdopen(fd, "wb") as out:
             for data in _payload(tar, m, self.plain):
-                self.worker.submit(digest.update, data)
+                if digest is not None:
+                    self.worker.submit(digest.update, data)
                 out.write(data)
                 self.ctx.size += len(data)
                 written += len(data)
@@ -246,9 +254,11 @@ def check_room(done: int, size: int, name: str, disk: Path, what: str) -> None:
                            "daemon's disk")
 
 
-def unpack(body: IO[bytes] | Any, root: Path, ctx: Context | None = None) -> Context:
+def unpack(body: IO[bytes] | Any, root: Path, ctx: Context | None = None, *,
+           hash_large: bool = True) -> Context:
     """Unpack the context read from ``body`` into ``root`` (made here, mode 0700), into
-    ``ctx`` if given (a build already running on it: ``Builder.build``).
+    ``ctx`` if given (a build already running on it: ``Builder.build``), else into a new
+    one (``hash_large``: see ``Context``).
 
     An archive that stops after its last member's data, without that member's padding and
     the end-of-archive blocks, is taken as complete: the docker CLI 28 sends exactly that
@@ -256,7 +266,7 @@ def unpack(body: IO[bytes] | Any, root: Path, ctx: Context | None = None) -> Con
     the tar writer). Anything cut earlier is refused.
     """
     root.mkdir(mode=0o700)
-    ctx = ctx or Context(root, work=root.parent)
+    ctx = ctx or Context(root, work=root.parent, hash_large=hash_large)
     counting = _Counting(body)
     _unpack(ctx, counting)
     ctx.received = counting.count

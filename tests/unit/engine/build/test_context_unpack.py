@@ -74,3 +74,26 @@ def test_sparse_file(tmp_path: Path) -> None:
     assert len(data) == (5 << 20) + 3 and data.endswith(b"end")
     assert ctx.hashes["holes"] == hashlib.sha256(data).hexdigest()
     assert (tmp_path / "ctx" / "after").read_bytes() == b"after\n"
+
+
+def test_nocache_leaves_large_files_to_be_hashed_when_needed(tmp_path: Path) -> None:
+    """Without the cache (``hash_large=False``) a file larger than an instructions file may
+    be is written but not hashed as it comes; smaller ones (the instructions file among
+    them) are, and a key computed later reads the file itself."""
+    from svc.engine.build.context import MAX_SVCFILE
+    from svc.engine.build.sources import Source, source_key
+
+    big, small = os.urandom(MAX_SVCFILE + 1), b"FROM scratch\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("Svcfile", small), ("big", big)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    eager = unpack(io.BytesIO(buf.getvalue()), tmp_path / "eager")
+    lazy = unpack(io.BytesIO(buf.getvalue()), tmp_path / "lazy", hash_large=False)
+    assert lazy.hashes == {"Svcfile": hashlib.sha256(small).hexdigest()}
+    assert (tmp_path / "lazy" / "big").read_bytes() == big
+    assert eager.hashes["big"] == hashlib.sha256(big).hexdigest()
+    keys = [source_key(ctx, Source("big", ctx.root / "big", False)) for ctx in (eager, lazy)]
+    assert keys[0] == keys[1]
