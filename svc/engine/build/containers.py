@@ -204,24 +204,20 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
 
     archives = [s for s in found if cmd == "ADD" and not s.is_dir and s.path not in downloaded
                 and await trio.to_thread.run_sync(sources.is_archive, s.path)]
-    env = list(job.config.get("Env") or [])
-    if job.cache_busted and job.spec.rm and not archives:
-        # No cache is asked, so the key decides nothing here: it only names the step in its
-        # image, and is computed with it (a large file of a nocache build's context was not
-        # hashed as it came). The container goes when the step ends; until then (or, if the
-        # step fails, for good) its command names the sources as the instruction does.
-        probe = {**job.config, "Cmd": name(" ".join(srcs)), "Image": image.id}
-        c = await _create(job, image, probe["Cmd"], env)
-        await _copy_in_place(job, c, cmd, found, dest_abs, owner, probe, _OwedKey(found, name))
-        return
-    probe = {**job.config, "Cmd": name(sources.combined_key(await _keys(job, found))),
-             "Image": image.id}
+    # Once no cache is asked, the key decides nothing here: it only names the step in its
+    # image, and is computed with it (a large file of a nocache build's context was not
+    # hashed as it came). The container goes when the step ends; until then (or, if the
+    # step fails, for good) its command names the sources as the instruction does.
+    owed = _OwedKey(found, name) if job.cache_busted and job.spec.rm and not archives \
+        else None
+    key = " ".join(srcs) if owed is not None else sources.combined_key(await _keys(job, found))
+    probe = {**job.config, "Cmd": name(key), "Image": image.id}
     if await job.probe(probe):
         return
-    c = await _create(job, image, probe["Cmd"], env)
+    c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
     plain = [s for s in found if s not in archives]
     if not archives:
-        await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe, None)
+        await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe, owed)
         return
     dest_is_dir = bool(archives) or await _is_dir(job, c, dest_abs)
     members = sources.plan(plain, dest_abs, dest_is_dir)
