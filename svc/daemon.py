@@ -22,7 +22,6 @@ from functools import partial
 from pathlib import Path
 
 import trio
-from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from svc.api import hijack, limits
@@ -35,6 +34,8 @@ from svc.api.server import (
     open_listeners,
     validate_hosts,
 )
+from svc.api.serving import serve
+from svc.background import keep_running
 from svc.config import DaemonConfig
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
@@ -173,11 +174,11 @@ async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, engine, shutdown)
         await nursery.start(engine.run)
-        nursery.start_soon(scavenge)
+        await nursery.start(keep_running, "memory scavenger", scavenge)
         async with trio.open_nursery() as http:
             # Returns once shutdown is set and in-flight requests are done (or timed out).
             binds = await http.start(partial(
-                worker_serve, wrap_app(app, 0, "asgi"), hconf, sockets=listeners.sockets(),
+                serve, wrap_app(app, 0, "asgi"), hconf, sockets=listeners.sockets(),
                 shutdown_trigger=shutdown.wait))
             log.info("svcd %s (API %s) listening on %s", SVC_VERSION, API_VERSION_STR,
                      ", ".join(binds))

@@ -107,10 +107,12 @@ def rss_bytes() -> int:
 
 
 async def scavenge(heap: Heap | None = None, *, interval: float = INTERVAL,
-                   slack: int = SLACK) -> None:
+                   slack: int = SLACK,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Trim the C heap whenever RSS or the free bytes in it grew by ``slack``; runs until
     cancelled. Cancellation while a trim runs lets that trim finish in its thread (it
     holds malloc's locks only while walking the arenas)."""
+    task_status.started()
     heap = heap or Heap.open()
     if heap is None:
         log.debug("no glibc malloc: freed memory is left to the C library")

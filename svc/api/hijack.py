@@ -45,7 +45,7 @@ from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
-from svc.api import limits
+from svc.api import limits, serving
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
 from svc.errors import Unavailable
@@ -110,7 +110,6 @@ class HijackH11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view, and
     holding request heads to ``svc.api.limits``."""
 
-    open_connections = 0
     max_connections = 1 << 30  # set by install()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -126,12 +125,10 @@ class HijackH11Protocol(H11Protocol):
         self._watch_scope = trio.CancelScope()
 
     async def initiate(self) -> None:
-        cls = HijackH11Protocol
-        if cls.open_connections >= cls.max_connections:
+        if serving.OPEN.value > HijackH11Protocol.max_connections:  # this one is counted
             await self._refuse(503)
             await self.send(Closed())
             return
-        cls.open_connections += 1
         self.guard.open(trio.current_time())
         self.task_group.spawn(self._watch)
 
@@ -234,17 +231,14 @@ class HijackH11Protocol(H11Protocol):
     async def _watch(self) -> None:
         """The connection's clock: refuses a head that is overdue (408, or a silent close for
         a new connection that never sent a byte) and ends a refused connection's linger."""
-        try:
-            with self._watch_scope:
-                while True:
-                    self._wake = trio.Event()
-                    deadline = self._deadline()
-                    with trio.move_on_at(deadline):
-                        await self._wake.wait()
-                        continue
-                    await self._on_deadline()
-        finally:
-            HijackH11Protocol.open_connections -= 1
+        with self._watch_scope:
+            while True:
+                self._wake = trio.Event()
+                deadline = self._deadline()
+                with trio.move_on_at(deadline):
+                    await self._wake.wait()
+                    continue
+                await self._on_deadline()
 
     def _deadline(self) -> float:
         if self._refused_at is not None:

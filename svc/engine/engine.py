@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from svc.background import keep_running
 from svc.engine import system
 from svc.engine.build.builder import Builder
 from svc.engine.containers.container import Container
@@ -144,8 +145,9 @@ class Engine:
             self._nursery = nursery
             await nursery.start(self.events.run)
             await nursery.start(self.downloads.run)
-            await nursery.start(reap_orphans, self.containers.waited_pids, self.launches)
-            await nursery.start(self.containers.stats.run)
+            await nursery.start(keep_running, "orphan reaper", reap_orphans,
+                                self.containers.waited_pids, self.launches)
+            await nursery.start(keep_running, "stats collector", self.containers.stats.run)
             try:
                 await self.networks.setup()
             except SvcError as exc:  # containers on the bridge fail to start, saying why

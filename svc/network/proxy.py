@@ -19,6 +19,10 @@ from typing import Any
 
 import trio
 
+# accept's errors that mean "no descriptor or memory now", not a broken listener
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+RETRY_SECONDS = 0.1
+
 COPY_SIZE = 256 * 1024
 UDP_IDLE = 90.0
 UDP_MAX = 65535
@@ -111,7 +115,13 @@ class PortProxy:
     async def _serve_tcp(self, listener: trio.socket.SocketType, ip: str, port: int) -> None:
         async with trio.open_nursery() as nursery:
             while True:
-                conn, _ = await listener.accept()
+                try:
+                    conn, _ = await listener.accept()
+                except OSError as exc:  # no descriptor left: the client waits in the backlog
+                    if exc.errno not in CAPACITY_ERRNOS:
+                        raise
+                    await trio.sleep(RETRY_SECONDS)
+                    continue
                 nursery.start_soon(self._tcp_pair, trio.SocketStream(conn), ip, port)
 
     async def _tcp_pair(self, client: trio.SocketStream, ip: str, port: int) -> None:
@@ -131,7 +141,10 @@ class PortProxy:
                 data, addr = await sock.recvfrom(UDP_MAX)
                 up = peers.get(addr)
                 if up is None:
-                    up = trio.socket.socket(_family(ip), socket.SOCK_DGRAM)
+                    try:
+                        up = trio.socket.socket(_family(ip), socket.SOCK_DGRAM)
+                    except OSError:  # no descriptor left: the datagram is lost
+                        continue
                     await up.connect((ip, port))
                     peers[addr] = up
                     nursery.start_soon(_udp_replies, up, sock, addr, peers)

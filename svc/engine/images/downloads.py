@@ -143,7 +143,10 @@ class DownloadManager:
             self._nursery = nursery
             task_status.started()
             while True:
-                await self.sweep()
+                try:
+                    await self.sweep()
+                except OSError as exc:  # no descriptor, a full disk: the next sweep tries
+                    log.warning("sweeping partial downloads failed: %s", exc)
                 await trio.sleep(SWEEP_INTERVAL)
 
     def partial_path(self, digest: str) -> Path:

@@ -96,8 +96,8 @@ async def forward(msg: bytes, servers: list[str]) -> bytes | None:
     """Ask each upstream server in turn (from the host's namespace); the first reply."""
     for server in servers:
         family = trio.socket.AF_INET6 if ":" in server else trio.socket.AF_INET
-        with trio.socket.socket(family, trio.socket.SOCK_DGRAM) as s:
-            try:
+        try:  # a socket may not be had (no descriptor left): the query fails, nothing more
+            with trio.socket.socket(family, trio.socket.SOCK_DGRAM) as s:
                 await s.connect((server, wire.PORT))
                 await s.send(msg)
                 with trio.move_on_after(FORWARD_TIMEOUT):
@@ -105,8 +105,8 @@ async def forward(msg: bytes, servers: list[str]) -> bytes | None:
                         reply = await s.recv(65535)
                         if reply[:2] == msg[:2]:
                             return reply
-            except OSError as exc:
-                log.debug("DNS upstream %s: %s", server, exc)
+        except OSError as exc:
+            log.debug("DNS upstream %s: %s", server, exc)
     return None
 
 

@@ -1,0 +1,236 @@
+"""The accept loop and the per-connection server svc runs hypercorn's protocol in.
+
+hypercorn's ``worker_serve`` is replaced by ``serve`` for two reasons found in use:
+
+- **A connection whose peer has gone must close.** hypercorn keeps an idle keep-alive
+  connection's socket until its idle timer fires; svc never cuts idle connections (client
+  pools break when a daemon does), so that timer never fired and every connection a client
+  closed while idle (each ``docker version``) stayed open for ever. ``Connection`` stops the
+  idle timer once the client's EOF (or a reset) is read, and never restarts it after, so the
+  connection's task group ends and the socket is closed.
+- **Running out of descriptors is survived.** trio's own accept loop logs a traceback ten
+  times a second while ``accept`` fails with EMFILE and answers nothing. ``serve`` keeps one
+  descriptor in reserve: with none left it lets the reserve go, accepts the waiting
+  connection, answers ``503`` and closes it, takes the reserve back, and logs once that new
+  connections are refused (and once when they are accepted again). Open connections go on.
+
+``OPEN`` counts the connections whose sockets are open, from accept to close; the protocol
+refuses one more than ``limits.max_connections()`` with 503 (``svc.api.hijack``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.events import Event, Updated
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+
+log = logging.getLogger("svc.server")
+
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+RETRY_SECONDS = 0.1  # while no descriptor can be had even for a refusal
+REPORT_SECONDS = 10.0  # how often a long shortage is reported again
+REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+           b"Content-Length: 52\r\nConnection: close\r\n\r\n"
+           b"503 Service Unavailable: out of file descriptors\n\n\n")
+
+
+class _Count:
+    """The connections open now (from accept to the socket's close)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+OPEN = _Count()
+
+
+class Connection(TCPServer):
+    """hypercorn's TCPServer, counted, and closed once its peer has gone."""
+
+    _peer_gone = False
+
+    async def run(self) -> None:
+        OPEN.value += 1
+        try:
+            await super().run()
+        finally:
+            OPEN.value -= 1
+
+    async def _read_data(self) -> None:
+        try:
+            await super()._read_data()
+        finally:
+            # Nothing more can arrive: an idle connection has nothing left to wait for. A
+            # request still running (a hijacked stream whose client half-closed) keeps the
+            # task group, and so the socket, until it ends.
+            self._peer_gone = True
+            with trio.CancelScope(shield=True):
+                await self.idle_task.stop()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated) and event.idle and self._peer_gone:
+            await self.idle_task.stop()  # a response finished after the client left
+            return
+        await super().protocol_send(event)
+
+
+class _Reserve:
+    """One descriptor held back so that a connection can be refused when none are left."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.refused = 0
+        self.short_since: float | None = None
+        self._reported = 0.0
+        self.take()
+
+    def take(self) -> None:
+        if self.fd is None:
+            try:
+                self.fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self.fd = None
+
+    def release(self) -> bool:
+        if self.fd is None:
+            return False
+        os.close(self.fd)
+        self.fd = None
+        return True
+
+    def short(self, exc: OSError) -> None:
+        now = trio.current_time()
+        if self.short_since is None:
+            self.short_since = self._reported = now
+            log.error("out of file descriptors (%s, %d connections open): new connections "
+                      "are refused with 503 until some close; open ones are served",
+                      errno.errorcode.get(exc.errno or 0, exc), OPEN.value)
+        elif now - self._reported >= REPORT_SECONDS:
+            self._reported = now
+            log.error("still out of file descriptors: %d connections refused so far, %d open",
+                      self.refused, OPEN.value)
+
+    def recovered(self) -> None:
+        if self.short_since is not None:
+            log.warning("file descriptors are available again: accepting connections (%d "
+                        "refused in %.1f s)", self.refused, trio.current_time() - self.short_since)
+            self.short_since = None
+            self.refused = 0
+
+
+def _raw_socket(listener: Any) -> Any:
+    inner = getattr(listener, "transport_listener", listener)  # an SSLListener's own
+    return inner.socket
+
+
+async def _refuse_one(listener: Any, reserve: _Reserve, plain: bool) -> bool:
+    """Accept one waiting connection on the reserve descriptor, answer 503 (plain sockets)
+    and close it. False when there was no reserve to spend."""
+    if not reserve.release():
+        return False
+    try:
+        with trio.move_on_after(RETRY_SECONDS):
+            conn, _ = await _raw_socket(listener).accept()
+            with conn:
+                if plain:
+                    try:
+                        await conn.send(REFUSAL)  # an empty send buffer: no wait
+                        conn.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+            reserve.refused += 1
+    except OSError:
+        pass
+    finally:
+        reserve.take()
+    return True
+
+
+async def _accept_loop(listener: Any, handler: Callable[[Any], Awaitable[None]],
+                       nursery: trio.Nursery, plain: bool) -> None:
+    reserve = _Reserve()
+    try:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in CAPACITY_ERRNOS:
+                        raise
+                    reserve.short(exc)
+                    if not await _refuse_one(listener, reserve, plain):
+                        await trio.sleep(RETRY_SECONDS)
+                    continue
+                reserve.recovered()
+                reserve.take()
+                nursery.start_soon(_run_handler, stream, handler)
+    finally:
+        reserve.release()
+
+
+async def _run_handler(stream: Any, handler: Callable[[Any], Awaitable[None]]) -> None:
+    try:
+        await handler(stream)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
+                shutdown_trigger: Callable[[], Awaitable[Any]],
+                task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``app`` on ``sockets`` until ``shutdown_trigger`` returns; then let in-flight
+    requests finish for ``config.graceful_timeout`` seconds and cancel the rest."""
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(app, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            listeners: list[tuple[Any, bool]] = []
+            ssl_context = config.create_ssl_context()
+            for sock in sockets.secure_sockets:
+                assert ssl_context is not None  # secure sockets only with a certificate
+                listeners.append((trio.SSLListener(
+                    trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
+                    ssl_context, https_compatible=True), False))
+            for sock in sockets.insecure_sockets:
+                listeners.append((trio.SocketListener(trio.socket.from_stdlib_socket(sock)), True))
+            binds = [_describe(sock, "https") for sock in sockets.secure_sockets] + \
+                    [_describe(sock, "http") for sock in sockets.insecure_sockets]
+            handler = partial(Connection, app, config, context,
+                              ConnectionState(lifespan_state.copy()))
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery() as accepting:
+                    for listener, plain in listeners:
+                        accepting.start_soon(_accept_loop, listener, handler, server_nursery,
+                                             plain)
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + \
+                    config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+def _describe(sock: socket.socket, scheme: str) -> str:
+    name = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return f"{scheme}+unix://{name}"
+    host, port = name[0], name[1]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
