@@ -3,6 +3,7 @@ reads and writes (see ``svc.api.hijack``)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -80,6 +81,32 @@ class RawStream(trio.abc.Stream):
                 return
             except OSError:
                 continue
+
+    def shrink_send_buffer(self, size: int) -> None:
+        """A small kernel send buffer (the kernel doubles ``size``) for a stream whose
+        producer must see when the client stops reading (events): a write then blocks after
+        kilobytes, not megabytes, and memory held for a stuck client stays small."""
+        sock = self._transport_socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+    def abort(self) -> None:
+        """Shut the connection down from outside the writer: a write blocked on a client that
+        does not read fails at once (``BrokenResourceError``), under TLS too. Synchronous,
+        so that code with no task of its own (the event bus) can call it."""
+        self.peer_gone = True
+        sock = self._transport_socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _transport_socket(self) -> Any:
+        if self.plain_socket is not None:
+            return self.plain_socket
+        stream = getattr(getattr(self._protocol.send, "__self__", None), "stream", None)
+        stream = getattr(stream, "transport_stream", stream)  # under an SSLStream
+        return getattr(stream, "socket", None)
 
     async def until_head_read(self, limit: float = HEAD_READ_WAIT) -> None:
         """Wait, at most ``limit`` seconds, until the client has read what was sent so far

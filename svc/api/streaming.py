@@ -142,12 +142,15 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
 
 async def respond_chunked(chunks: Chunks, *, content_type: str,
                           headers: Sequence[tuple[str, str]] = (),
-                          keep_alive: bool = False) -> Response:
+                          keep_alive: bool = False, send_buffer: int | None = None,
+                          taken: Callable[[RawStream], None] | None = None) -> Response:
     """Answer the current request with ``chunks`` as a chunked 200 (see the module).
 
     Errors the view wants as a status code must be raised before this is called: from here
     on the head is out. Cancellation (the client gone, the daemon stopping) closes
-    ``chunks`` and the connection."""
+    ``chunks`` and the connection. ``send_buffer`` sets a small kernel send buffer instead
+    of the large one bulk streams get; ``taken`` is called with the connection once it is
+    taken over (a producer that must be able to abort it)."""
     if keep_alive:
         return Response(_RequestScopedBody(chunks), status=200, content_type=content_type,
                         headers=dict(headers))
@@ -156,7 +159,12 @@ async def respond_chunked(chunks: Chunks, *, content_type: str,
     except BaseException:
         await _close(chunks)
         raise
-    raw.grow_send_buffer()
+    if send_buffer is None:
+        raw.grow_send_buffer()
+    else:
+        raw.shrink_send_buffer(send_buffer)
+    if taken is not None:
+        taken(raw)
     try:
         if isinstance(chunks, AbstractAsyncContextManager):
             async with chunks as iterator:

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ log = logging.getLogger("svc.events")
 
 REPLAY_EVENTS = 1024
 SUBSCRIBER_LAG = 4096
+SCAN_EVERY = 256  # how often publishing looks for subscribers whose clients stopped reading
 FLUSH_INTERVAL = 0.5
 BATCH_EVENTS = 1024
 
@@ -148,6 +149,10 @@ class Subscription:
         self.error: str | None = None
         self.live = live
         self.cursor = bus._seq  # sequence number of the next live event to deliver
+        # True while the consumer is writing a batch it took (its client has not read it
+        # all): the bus itself cuts such a laggard off, and calls ``on_cut``.
+        self.sending = False
+        self.on_cut: Callable[[], None] | None = None
 
     def wants(self, ev: Event) -> bool:
         if self.since_ns is not None and ev.time_nano < self.since_ns:
@@ -165,6 +170,20 @@ class Subscription:
             self.error = reason
         self.live = False
         self._bus._discard(self)
+
+    def cut_off(self) -> None:
+        """The client fell too far behind: unregister, with the reason as the stream's last
+        word. A consumer whose write waits for the client is told (``on_cut``): it lets the
+        write finish for a while, then shuts the connection."""
+        if self.error is None:
+            self.error = (f"event stream cut off: the client fell more than {SUBSCRIBER_LAG} "
+                          f"events behind; reconnect with since= to resume")
+            log.warning("cutting off a slow event subscriber (%d events behind)",
+                        self._bus._seq - self.cursor)
+        self.close()
+        if self.sending and self.on_cut is not None:
+            on_cut, self.on_cut = self.on_cut, None
+            on_cut()
 
     def close(self) -> None:
         """The consumer is done: unregister."""
@@ -195,11 +214,7 @@ class Subscription:
                     return  # until reached
                 continue
             if bus._seq - self.cursor > SUBSCRIBER_LAG:
-                self.error = (f"event stream cut off: the client fell more than "
-                              f"{SUBSCRIBER_LAG} events behind; reconnect with since= to resume")
-                log.warning("cutting off a slow event subscriber (%d events behind)",
-                            bus._seq - self.cursor)
-                self.close()
+                self.cut_off()
                 return
             start = self.cursor - bus._base
             batch = bus._log[start : start + max_events]
@@ -257,6 +272,8 @@ class EventBus:
         """Record an event and wake the subscribers. Never blocks; O(1) in subscribers."""
         ev = Event(type, action, actor_id, dict(attributes or {}), time.time_ns())
         self._append(ev)
+        if self._seq % SCAN_EVERY == 0:
+            self._cut_stalled()
         if self._sink is not None:
             self._pending.append(ev)
         if self._lot:
@@ -283,6 +300,14 @@ class EventBus:
     def max_lag(self) -> int:
         """How far the slowest live subscriber is behind (for pacing benchmarks)."""
         return max((self._seq - s.cursor for s in self._subs), default=0)
+
+    def _cut_stalled(self) -> None:
+        """Cut off the subscribers whose clients stopped reading: their writes wait, so they
+        never look at their own lag. Runs every ``SCAN_EVERY`` events: each event pays
+        ``listeners / SCAN_EVERY`` checks, nothing per write."""
+        limit = self._seq - SUBSCRIBER_LAG
+        for sub in [s for s in self._subs if s.sending and s.cursor < limit]:
+            sub.cut_off()
 
     def _discard(self, sub: Subscription) -> None:
         with contextlib.suppress(ValueError):

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 import pydantic_core
+import trio
 from quart import Blueprint, Response
 from quart_trio import QuartTrio
 
 from svc.api.params import qfilters, qstr
+from svc.api.rawstream import RawStream
 from svc.api.streaming import respond_chunked
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
@@ -26,6 +28,12 @@ def register(app: QuartTrio, backend: EventsBackend) -> None:
     """Give the routes their backend and add them to ``app``."""
     _backend.set(backend)
     app.register_blueprint(bp)
+
+# An events stream's kernel send buffer (doubled by the kernel): a client that stops reading
+# blocks the stream's writes after ~64 KiB (some 200 events), so the lag that cuts it off
+# counts events it has not taken, not megabytes the kernel holds for it.
+SEND_BUFFER = 32 * 1024
+CUT_GRACE = 10.0  # how long a cut-off stream's blocked write may still finish
 
 FILTERS_V122 = ("container", "event", "image", "label", "type", "volume", "network")
 
@@ -96,7 +104,9 @@ async def _chunks(sub: Subscription, shape: str) -> AsyncGenerator[bytes, None]:
     # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
     try:
         async for batch in sub.batches():
+            sub.sending = True  # until the client has taken it (the socket has room again)
             yield b"".join([encode(ev, shape) for ev in batch])
+            sub.sending = False
         if sub.error:
             yield StreamError(error=sub.error, errorDetail={"message": sub.error}).wire()
     finally:
@@ -113,7 +123,26 @@ async def events() -> Response:
     # Subscribe before the headers go out: nothing published from here on is missed.
     sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
     try:
-        return await respond_chunked(_chunks(sub, wire_shape(version)),
-                                     content_type="application/json")
+        async with trio.open_nursery() as nursery:
+            conn: list[RawStream] = []
+            cut = trio.Event()
+            sub.on_cut = cut.set
+            nursery.start_soon(_abort_when_stuck, cut, conn)
+            response = await respond_chunked(_chunks(sub, wire_shape(version)),
+                                             content_type="application/json",
+                                             send_buffer=SEND_BUFFER, taken=conn.append)
+            nursery.cancel_scope.cancel()
+        return response
     finally:
         sub.close()  # also when the stream never started
+
+
+async def _abort_when_stuck(cut: trio.Event, conn: list[RawStream]) -> None:
+    """A subscriber cut off while its client reads nothing: the write it waits in may still
+    finish (with the reason after it) if the client reads within ``CUT_GRACE``; then the
+    connection is shut. Cut off, it is no longer on the bus: it holds one batch and the
+    socket's small buffer, nothing that grows."""
+    await cut.wait()
+    await trio.sleep(CUT_GRACE)
+    for raw in conn:
+        raw.abort()

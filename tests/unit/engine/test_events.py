@@ -4,7 +4,7 @@ import time
 
 import trio
 
-from svc.engine.events import SUBSCRIBER_LAG, Event, EventBus, EventFilter
+from svc.engine.events import SCAN_EVERY, SUBSCRIBER_LAG, Event, EventBus, EventFilter
 
 
 def ev(type_: str = "container", action: str = "start", actor: str = "abc",
@@ -134,3 +134,22 @@ async def test_close_releases_and_counts() -> None:
 def test_records_round_trip() -> None:
     e = ev(name="x")
     assert Event.from_record(e.to_record()).to_record() == e.to_record()
+
+
+def test_a_subscriber_stuck_in_a_write_is_cut_off_by_the_bus() -> None:
+    """Its consumer waits in a write and never looks at its lag: publishing finds it (every
+    SCAN_EVERY events) once it is more than SUBSCRIBER_LAG behind and tells it."""
+    bus = EventBus()
+    stuck, idle = bus.subscribe(), bus.subscribe()
+    cuts: list[str] = []
+    stuck.sending = True
+    stuck.on_cut = lambda: cuts.append("stuck")
+    idle.on_cut = lambda: cuts.append("idle")
+    for _ in range(SUBSCRIBER_LAG):
+        bus.publish("container", "start", "x")
+    assert cuts == [] and bus.listeners == 2  # at the lag, not beyond: kept
+    for _ in range(SCAN_EVERY):
+        bus.publish("container", "start", "x")
+    assert cuts == ["stuck"] and bus.listeners == 1
+    assert stuck.error is not None and "fell more than 4096 events behind" in stuck.error
+    assert idle.error is None  # not writing: it finds its lag itself on its next read
