@@ -24,7 +24,7 @@ from svc.registry.client import RegistryClient, login
 from svc.registry.errors import Unreachable
 from svc.registry.transport import RegistryConfig
 from svc.wire.authconfig import AuthConfig, registry_key
-from svc.wire.reference import DEFAULT_DOMAIN
+from svc.wire.reference import DEFAULT_DOMAIN, check_domain
 
 CALL_TIMEOUT = 30.0
 SEARCH_LIMIT_DEFAULT = 25
@@ -59,7 +59,14 @@ class Registries:
     def server_of(credentials: AuthConfig) -> str:
         """The registry a login names (``serveraddress``; Docker Hub when empty)."""
         address = credentials.serveraddress.strip()
-        return registry_key(address) if address else DEFAULT_DOMAIN
+        if not address:
+            return DEFAULT_DOMAIN
+        domain = registry_key(address)
+        reason = check_domain(domain)
+        if reason is not None:
+            shown = address if len(address) <= 80 else address[:80] + "..."
+            raise InvalidParameter(f"invalid serveraddress {shown!r}: {reason}")
+        return domain
 
     async def login(self, credentials: AuthConfig) -> str:
         """Check ``credentials`` against their registry; returns the identity token the
@@ -92,6 +99,10 @@ class Registries:
         term = split_search_term(raw_term.strip())
         if not term.term:
             raise InvalidParameter("a search term is required")
+        reason = check_domain(term.domain)
+        if reason is not None:
+            raise InvalidParameter(f"invalid registry {term.domain[:80]!r} in the search "
+                                   f"term: {reason}")
         with trio.move_on_after(CALL_TIMEOUT) as scope:
             async with RegistryClient(term.domain, config=self.config,
                                       credentials=credentials) as client:

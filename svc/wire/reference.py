@@ -165,6 +165,32 @@ def parse(s: str) -> Reference:
     return ref
 
 
+_DOMAIN_RE = re.compile(rf"(?P<host>{_LABEL}(?:\.{_LABEL})*|\[[a-fA-F0-9:]+\])"
+                        r"(?::(?P<port>[0-9]{1,5}))?", re.ASCII)
+DOMAIN_MAX = 253 + 1 + 5  # a DNS name's longest, a colon, a port
+
+
+def check_domain(domain: str) -> str | None:
+    """Why ``domain`` (``host[:port]``, as a reference or a login names a registry) cannot
+    name one, or None: hostname labels of letters, digits and ``-`` (at most 63 each), an
+    IPv4 address or ``[IPv6]``, a port in 1..65535; no NUL, space, non-ASCII or ``..``."""
+    if not domain:
+        return "it is empty"
+    if len(domain) > DOMAIN_MAX:
+        return f"it is longer than {DOMAIN_MAX} characters"
+    if not domain.isascii() or not domain.isprintable() or " " in domain:
+        return "it may hold only printable ASCII characters, no spaces"
+    match = _DOMAIN_RE.fullmatch(domain)
+    if match is None:
+        return "it is not a host name or address with an optional port"
+    if any(len(label) > 63 for label in match["host"].split(".")):
+        return "a part of its host name is longer than 63 characters"
+    port = match["port"]
+    if port is not None and not 0 < int(port) < 65536:
+        return f"its port {port} is not in 1..65535"
+    return None
+
+
 def _split_domain(s: str) -> tuple[str, str]:
     """Split ``s`` into a registry domain and the rest (docker's ``splitDockerDomain``).
 

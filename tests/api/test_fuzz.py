@@ -89,6 +89,29 @@ async def _raw_garbage(d: Daemon, head_timeout: float) -> list[str]:
     return failures
 
 
+HOSTILE_SERVERADDRESSES = ["reg\x00istry.local", "régistry.local", "r" * 300, "../../etc",
+                           "registry.local:99999", "registry.local:0", "registry.local:x",
+                           "a b", "http://..", "host:-1", "\u202e.local", ":5000", "[zz]:1"]
+
+
+async def _hostile_registry_names(c: httpx.AsyncClient) -> list[str]:
+    """``POST /auth`` (skipped by the schema fuzz: it would reach out) and the search term's
+    registry with names that are no host: a 400 naming the field, nothing sent anywhere."""
+    failures = []
+    for address in HOSTILE_SERVERADDRESSES:
+        r = await c.post("/auth", json={"username": "u", "password": "p",
+                                        "serveraddress": address})
+        if r.status_code != 400 or "invalid serveraddress" not in r.text:
+            failures.append(f"/auth {address[:40]!r}: {r.status_code} {r.text[:80]}")
+        first = address.split("/", 1)[0]
+        if "." not in first and ":" not in first:
+            continue  # not a registry in a search term: it would search Docker Hub
+        r = await c.get("/images/search", params={"term": f"{address}/name"})
+        if r.status_code != 400:
+            failures.append(f"search {address[:40]!r}: {r.status_code} {r.text[:80]}")
+    return failures
+
+
 def _slowloris(sock_path: Path, timeout: float) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(timeout)
@@ -132,6 +155,8 @@ async def test_fuzz_every_endpoint(spawn) -> None:  # type: ignore[no-untyped-de
     bad = await fuzz.fuzz_requests(d.sock, ids, routes)
     t1 = time.monotonic()
     garbage = await _raw_garbage(d, head_timeout)
+    async with http_client(d.sock) as c:
+        bad += await _hostile_registry_names(c)
     print(f"requests {t1 - t0:.1f}s, raw {time.monotonic() - t1:.1f}s")
     await trio.sleep(4.5)  # two scavenger rounds
     after = fuzz.rss(d.proc.pid)

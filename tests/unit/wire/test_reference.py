@@ -11,6 +11,7 @@ from svc.wire.reference import (
     ERR_FORMAT,
     ERR_UPPERCASE,
     Reference,
+    check_domain,
     is_full_id,
     is_id_prefix,
     parse,
@@ -180,3 +181,21 @@ def test_no_catastrophic_backtracking() -> None:
         with pytest.raises(InvalidParameter):
             parse(text)
     assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("domain", ["localhost", "localhost:5000", "127.0.0.1:5000",
+                                    "registry.example.com", "my-registry.local:443",
+                                    "[::1]:5000", "docker.io", "a" * 63 + ".local"])
+def test_check_domain_accepts_hosts(domain: str) -> None:
+    assert check_domain(domain) is None
+
+
+@pytest.mark.parametrize("domain, says", [
+    ("", "empty"), ("a\x00b", "printable ASCII"), ("héllo.com", "printable ASCII"),
+    ("a b", "printable ASCII"), ("r" * 300, "longer than 259"), ("..", "not a host"),
+    ("host:99999", "port 99999"), ("host:0", "port 0"), ("host:abc", "not a host"),
+    ("-host", "not a host"), ("a" * 64 + ".local", "longer than 63"), (":5000", "not a host"),
+])
+def test_check_domain_names_what_is_wrong(domain: str, says: str) -> None:
+    reason = check_domain(domain)
+    assert reason is not None and says in reason, reason
