@@ -68,6 +68,10 @@ class ApplyResult:
     tar_size: int  # length of the archive
 
 
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
 def _clean(raw: bytes) -> bytes:
     """The entry name relative to the layer root; a leading ``/`` is dropped (as moby does)."""
     # (count, not "in": "x in bytes" first tries x as an int, and builds and drops a TypeError)
@@ -92,8 +96,11 @@ def _clean(raw: bytes) -> bytes:
 class _Applier:
     """Creates entries under ``dest`` without ever following a symlink found there."""
 
-    def __init__(self, dest: Path, reader: TarReader, skeleton: SkeletonWriter) -> None:
+    def __init__(self, dest: Path, reader: TarReader, skeleton: SkeletonWriter,
+                 stale_dir: Path | None) -> None:
         self._root = os.fsencode(dest)
+        self._stale_dir = stale_dir
+        self._stale_count = 0
         self._root_slash = self._root + b"/"
         self._reader = reader
         self._skel = skeleton
@@ -107,6 +114,8 @@ class _Applier:
 
     def apply(self, e: Entry) -> None:
         rel = _clean(e.name)
+        if len(rel) > NAME_MAX:
+            self._check_length(rel, e.name)
         parent, _, base = rel.rpartition(b"/")
         if base.startswith(WHITEOUT):
             self._whiteout(e, rel, base)
@@ -117,6 +126,9 @@ class _Applier:
         elif e.kind == DIR:
             self._directory(e, rel)
         elif e.kind == SYMLINK:
+            if len(e.linkname) >= PATH_MAX:
+                raise bad(f'symbolic link "{show(e.name)}" has a target longer than '
+                          f"{PATH_MAX - 1} bytes")
             self._parents(rel, e.name)
             self._create(rel, lambda p: os.symlink(e.linkname, p))
             self._metadata(e, self._abs(rel), chmod=False)
@@ -130,6 +142,16 @@ class _Applier:
             self._metadata(e, self._abs(rel))
         else:
             raise bad(f'entry "{show(e.name)}" has unsupported type {e.kind!r}')
+
+    def _check_length(self, rel: bytes, raw: bytes) -> None:
+        """The kernel's limits, named before a call fails with ENAMETOOLONG: 255 bytes a
+        name, 4,096 a path (the layer's own place on disk included)."""
+        if any(len(part) > NAME_MAX for part in rel.split(b"/")):
+            raise bad(f'entry "{show(raw)}" has a name longer than {NAME_MAX} bytes')
+        room = PATH_MAX - 1 - len(self._root_slash)
+        if len(rel) > room:
+            raise bad(f'entry "{show(raw)}" has a path longer than {room} bytes (the limit '
+                      f"of {PATH_MAX} less the layer's place on disk)")
 
     def finish(self) -> None:
         """Set directory times last, once nothing is created in them any more."""
@@ -179,18 +201,32 @@ class _Applier:
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode):
-            remove_tree(path)
             prefix = rel + b"/"
+            for name in sorted(f for f in self._files if f.startswith(prefix)):
+                self._keep_stale(name)
+            remove_tree(path)
             self._dirs = {d for d in self._dirs if d != rel and not d.startswith(prefix)}
             for gone in [d for d in self._dir_times if d == rel or d.startswith(prefix)]:
                 del self._dir_times[gone]
-            stale = [f for f in self._files if f.startswith(prefix)]
+        elif rel in self._files:
+            self._keep_stale(rel)
         else:
             os.unlink(path)
-            stale = [rel] if rel in self._files else []
-        for name in stale:  # an earlier payload is gone: the skeleton cannot rebuild it
-            self._files.discard(name)
-            self._skel.stale(name)
+
+    def _keep_stale(self, rel: bytes) -> None:
+        """A later entry replaces or removes the file ``rel`` an earlier entry wrote (legal in
+        tar: the last one wins). Its payload is part of the archive, so it is moved aside
+        (``<stale_dir>/<n>``, outside the tree) for the rebuild; with nowhere to keep it
+        the archive is refused, never found unexportable later."""
+        if self._stale_dir is None:
+            raise bad(f'entry "{show(rel)}" appears twice and the earlier copy cannot be kept')
+        if self._stale_count == 0:
+            os.mkdir(self._stale_dir, 0o700)
+        n = self._stale_count
+        self._stale_count += 1
+        os.rename(self._abs(rel), os.path.join(os.fsencode(self._stale_dir), b"%d" % n))
+        self._files.discard(rel)
+        self._skel.stale(rel, n)
 
     def _regular(self, e: Entry, rel: bytes, parent: bytes) -> None:
         if parent not in self._dirs:
@@ -239,6 +275,8 @@ class _Applier:
         except InvalidParameter:
             raise bad(f'hard link "{show(e.name)}" points outside the layer root '
                        f'("{show(e.linkname)}")') from None
+        if len(target) > NAME_MAX:
+            self._check_length(target, e.linkname)
         self._parents(target, e.linkname, create=False)
         self._parents(rel, e.name)
         try:
@@ -286,12 +324,17 @@ def _set_xattrs(e: Entry, target: int | bytes) -> None:
                 os.setxattr(target, key, value, follow_symlinks=False)
         except OSError as exc:
             # moby ignores these too: not every filesystem takes every namespace.
-            if exc.errno not in (errno.ENOTSUP, errno.EPERM):
-                raise
-            log.warning("xattr %s of %s not set: %s", show(key), show(e.name), exc)
+            if exc.errno in (errno.ENOTSUP, errno.EPERM):
+                log.warning("xattr %s of %s not set: %s", show(key), show(e.name), exc)
+                continue
+            if exc.errno in (errno.EINVAL, errno.ERANGE, errno.E2BIG, errno.ENAMETOOLONG):
+                raise bad(f'entry "{show(e.name)}" has an extended attribute '
+                          f'"{show(key)}" the kernel refuses: {exc.strerror}') from None
+            raise
 
 
-def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO) -> ApplyResult:
+def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO,
+                stale_dir: Path | None = None) -> ApplyResult:
     """Unpack the uncompressed layer tar ``stream`` into the directory ``dest``.
 
     Names are taken relative to ``dest`` (a leading ``/`` is dropped, as moby does); an entry
@@ -302,6 +345,8 @@ def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO) -> ApplyRe
       stream: the tar, read to EOF; compose with ``open_decompressed`` for compressed blobs.
       dest: an existing directory, normally empty.
       skeleton_out: receives the skeleton (module docstring) for ``write_layer_from_skeleton``.
+      stale_dir: where the payloads of files a later entry replaced are kept (created when
+        the first one is), outside ``dest``; None refuses such archives.
 
     Returns:
       The diff id (sha256 of every byte read, trailing bytes included) and the payload size.
@@ -317,7 +362,7 @@ def apply_layer(stream: BinaryIO, dest: Path, skeleton_out: BinaryIO) -> ApplyRe
         hasher = Hasher(worker)
         skeleton = SkeletonWriter(skeleton_out, worker)
         reader = TarReader(stream, skeleton, hasher)
-        applier = _Applier(dest, reader, skeleton)
+        applier = _Applier(dest, reader, skeleton, stale_dir)
         while (entry := reader.next()) is not None:
             applier.apply(entry)
         applier.finish()

@@ -1,7 +1,8 @@
 """The layer store: unpacked image layers on disk, laid out like docker's overlay2 driver.
 
 ``<root>/<chain hex>/`` holds one layer: ``diff/`` (the unpacked tree, an overlay lower dir),
-``skeleton`` (see ``tarlayer``: rebuilds the exact layer tar), ``link`` (its short name) and
+``skeleton`` (see ``tarlayer``: rebuilds the exact layer tar), ``stale/`` (when its archive held
+a path twice: the earlier payloads, which the rebuild reads), ``link`` (its short name) and
 ``layer.json``, written last with ``atomic_write``: a layer *is* committed exactly when that file
 exists. ``<root>/l/<LINK>`` is a symlink to ``../<chain hex>/diff``, so overlay's ``lowerdir=``
 stays short enough for the page-size limit even with 60+ layers (mount with ``cwd=<root>``).
@@ -45,6 +46,7 @@ from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
 log = logging.getLogger("svc.storage.layers")
 
 LINK_DIR = "l"
+STALE = "stale"  # payloads of files the layer's own archive replaced (for a byte-exact save)
 TEMP_PREFIX = "tmp-"
 _HEX = re.compile(r"[0-9a-f]{64}")
 _LINK = re.compile(r"[A-Z2-7]{26}")
@@ -213,7 +215,7 @@ class LayerStore:
         """
         layer_dir = self.root / _hex(self._require(chain_id).chain_id)
         with open(layer_dir / "skeleton", "rb") as skeleton:
-            write_layer_from_skeleton(skeleton, layer_dir / "diff", out)
+            write_layer_from_skeleton(skeleton, layer_dir / "diff", out, layer_dir / STALE)
 
     # -- registering ------------------------------------------------------------------------
 
@@ -246,7 +248,8 @@ class LayerStore:
         os.chmod(path / "diff", 0o755)
         try:
             with open(path / "skeleton", "wb") as skeleton:
-                result = apply_layer(open_decompressed(stream), path / "diff", skeleton)
+                result = apply_layer(open_decompressed(stream), path / "diff", skeleton,
+                                     path / STALE)
                 skeleton.flush()
                 os.fsync(skeleton.fileno())
         except BaseException:

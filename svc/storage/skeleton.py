@@ -12,8 +12,11 @@ records, each a one-byte tag and big-endian fields:
   end-of-archive blocks and any trailing bytes), verbatim.
 - ``F`` u32 path length, u64 size, path: ``size`` payload bytes, to be read from the file at
   ``path`` (relative to the diff dir, as stored by ``apply_layer``).
-- ``X`` u32 path length, path: a later entry of the same archive removed or replaced the file an
-  earlier ``F`` names, so the archive can no longer be rebuilt (docker fails such a save too).
+- ``S`` u32 n, u32 path length, path: a later entry of the same archive removed or replaced the
+  file the latest ``F`` naming ``path`` refers to; that payload was moved to ``<stale>/<n>``
+  (``apply_layer``'s ``stale_dir``), where the rebuild reads it.
+- ``X`` u32 path length, path: as ``S`` with the payload lost (skeletons of earlier versions):
+  the archive cannot be rebuilt.
 - ``E`` u64 total: end of skeleton; ``total`` is the length of the archive.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -69,10 +73,10 @@ class SkeletonWriter:
         if len(records) >= _BATCH:
             self._hand_over()
 
-    def stale(self, path: bytes) -> None:
+    def stale(self, path: bytes, n: int) -> None:
         if self._raw_at >= 0:
             self._end_raw()
-        self._records += b"X" + _U32.pack(len(path)) + path
+        self._records += b"S" + _U32.pack(n) + _U32.pack(len(path)) + path
 
     def close(self, total: int) -> None:
         """End the skeleton; it is all written once the worker is closed."""
@@ -177,19 +181,90 @@ def _emit_file(sink: _Sink, diff_dir: Path, rel: bytes, size: int) -> None:
         os.close(fd)
 
 
-def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO) -> None:
+def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO,
+                              stale_dir: Path | None = None) -> None:
     """Write the exact layer tar that ``apply_layer`` read, from its skeleton and ``diff_dir``.
 
     Args:
-      skeleton: the skeleton ``apply_layer`` wrote, read sequentially.
+      skeleton: the skeleton ``apply_layer`` wrote, read sequentially (and, when the layer
+        has stale payloads, once more from the start: it must then be seekable).
       diff_dir: the directory the layer was applied to.
       out: receives the tar; if it has a file descriptor that is written directly (blocking).
+      stale_dir: ``apply_layer``'s ``stale_dir``.
 
     Raises:
       SystemError_: the skeleton is damaged, or a payload file is missing or changed.
 
     Cancellation: blocking, not a checkpoint; on an error ``out`` holds a truncated tar.
     """
+    moved: dict[tuple[bytes, int], Path] = {}
+    if stale_dir is not None and stale_dir.is_dir():
+        moved = _stale_payloads(skeleton, diff_dir, stale_dir)
+        skeleton.seek(0)
+    read = _reader(skeleton, diff_dir)
+    if read(len(SKELETON_MAGIC)) != SKELETON_MAGIC:
+        raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (unknown format)")
+    sink = _Sink(out)
+    seen: dict[bytes, int] = {}
+    while (tag := read(1)) != b"E":
+        if tag == b"R":
+            sink.write(read(_U32.unpack(read(4))[0]))
+        elif tag == b"F":
+            length, size = _F_HEAD.unpack(read(_F_HEAD.size))
+            rel = read(length)
+            if moved:
+                seen[rel] = seen.get(rel, 0) + 1
+                kept = moved.get((rel, seen[rel]))
+                if kept is not None:
+                    _emit_file(sink, kept.parent, os.fsencode(kept.name), size)
+                    continue
+            _emit_file(sink, diff_dir, rel, size)
+        elif tag == b"S":
+            read(4)
+            rel = read(_U32.unpack(read(4))[0])
+            if not moved:  # the first pass found it, unless the stale dir is gone
+                raise SystemError_(f'layer {diff_dir} cannot be exported: the earlier copy '
+                                   f'of "{show(rel)}" is missing')
+        elif tag == b"X":
+            name = show(read(_U32.unpack(read(4))[0]))
+            raise SystemError_(f'layer {diff_dir} cannot be exported: its archive replaced '
+                               f'the file "{name}" after writing it')
+        else:
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
+    total = _U64.unpack(read(8))[0]
+    sink.close()
+    if sink.total != total:
+        raise SystemError_(f"layer {diff_dir}: rebuilt {sink.total} bytes, expected {total}")
+
+
+def _stale_payloads(skeleton: BinaryIO, diff_dir: Path, stale_dir: Path
+                    ) -> dict[tuple[bytes, int], Path]:
+    """A first pass over the skeleton: which ``F`` records (path, occurrence from 1) read
+    their payload from ``stale_dir`` (an ``S`` names the latest ``F`` of its path)."""
+    read = _reader(skeleton, diff_dir)
+    read(len(SKELETON_MAGIC))
+    seen: dict[bytes, int] = {}
+    moved: dict[tuple[bytes, int], Path] = {}
+    while (tag := read(1)) != b"E":
+        if tag == b"R":
+            read(_U32.unpack(read(4))[0])
+        elif tag == b"F":
+            length, _ = _F_HEAD.unpack(read(_F_HEAD.size))
+            rel = read(length)
+            seen[rel] = seen.get(rel, 0) + 1
+        elif tag == b"S":
+            n, length = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
+            rel = read(length)
+            if rel in seen:
+                moved[(rel, seen[rel])] = stale_dir / str(n)
+        elif tag == b"X":
+            read(_U32.unpack(read(4))[0])
+        else:
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
+    return moved
+
+
+def _reader(skeleton: BinaryIO, diff_dir: Path) -> Callable[[int], bytes]:
     src = open_decompressed(skeleton)
 
     def read(n: int) -> bytes:
@@ -202,22 +277,4 @@ def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO)
             raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (truncated)")
         return data
 
-    if read(len(SKELETON_MAGIC)) != SKELETON_MAGIC:
-        raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (unknown format)")
-    sink = _Sink(out)
-    while (tag := read(1)) != b"E":
-        if tag == b"R":
-            sink.write(read(_U32.unpack(read(4))[0]))
-        elif tag == b"F":
-            length, size = _F_HEAD.unpack(read(_F_HEAD.size))
-            _emit_file(sink, diff_dir, read(length), size)
-        elif tag == b"X":
-            name = show(read(_U32.unpack(read(4))[0]))
-            raise SystemError_(f'layer {diff_dir} cannot be exported: its archive replaced '
-                               f'the file "{name}" after writing it')
-        else:
-            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
-    total = _U64.unpack(read(8))[0]
-    sink.close()
-    if sink.total != total:
-        raise SystemError_(f"layer {diff_dir}: rebuilt {sink.total} bytes, expected {total}")
+    return read

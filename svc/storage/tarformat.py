@@ -43,7 +43,14 @@ _ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
 _FAST_KINDS = (REGULAR, HARDLINK, SYMLINK, DIR)  # see TarReader.next
 
 
+SHOWN_MAX = 200  # bytes of a name an error message shows
+
+
 def show(name: bytes) -> str:
+    """A name for a message: decoded with escapes, cut short when long."""
+    if len(name) > SHOWN_MAX:
+        return (name[:SHOWN_MAX].decode("utf-8", "backslashreplace")
+                + f"...({len(name)} bytes)")
     return name.decode("utf-8", "backslashreplace")
 
 

@@ -44,14 +44,18 @@ def apply(data: bytes, dest: Path, *, chunk: int = 0) -> tuple[str, bytes]:
     dest.mkdir(exist_ok=True)
     skeleton = io.BytesIO()
     stream = io.BufferedReader(ShortReads(data, chunk)) if chunk else io.BytesIO(data)
-    result = apply_layer(stream, dest, skeleton)  # type: ignore[arg-type]
+    result = apply_layer(stream, dest, skeleton, _stale(dest))  # type: ignore[arg-type]
     assert result.tar_size == len(data)
     return result.diff_id, skeleton.getvalue()
 
 
+def _stale(diff: Path) -> Path:
+    return diff.parent / (diff.name + ".stale")
+
+
 def rebuild(skeleton: bytes, diff: Path) -> bytes:
     out = io.BytesIO()
-    write_layer_from_skeleton(io.BytesIO(skeleton), diff, out)
+    write_layer_from_skeleton(io.BytesIO(skeleton), diff, out, _stale(diff))
     return out.getvalue()
 
 
@@ -195,11 +199,40 @@ def test_compressed_layers_have_the_diff_id_of_the_plain_tar(tmp_path: Path, com
     assert result.size == 100_000
 
 
-def test_replaced_file_makes_the_rebuild_fail_clearly(tmp_path: Path) -> None:
-    data = tar(file("f", b"first"), file("f", b"secnd"))  # same size: only tracking can tell
+@pytest.mark.parametrize("entries", [
+    [file("f", b"first"), file("f", b"secnd")],  # same size: only tracking can tell
+    [file("f", b"1"), file("f", b"22"), file("f", b"333")],
+    [directory("d"), file("d/a", b"a" * 700), file("d/b", b"b"), file("d", b"now a file")],
+    [file("w", b"gone"), file(".wh.w")],
+    [file("h", b"orig"), hardlink("h2", "h"), file("h", b"new")],
+], ids=["twice", "thrice", "tree", "whiteout", "hardlinked"])
+def test_a_path_written_twice_rebuilds_byte_for_byte(tmp_path: Path, entries: list[Any]
+                                                     ) -> None:
+    """Legal in tar (the last entry wins): the earlier payloads are kept aside, and the
+    rebuilt archive equals what was applied."""
+    data = tar(*entries)
     diff_id, skeleton = apply(data, tmp_path / "d")
+    out = rebuild(skeleton, tmp_path / "d")
+    assert out == data and sha(out) == diff_id
+    assert not any(p.name.startswith(".wh.") for p in (tmp_path / "d").iterdir())
+
+
+def test_the_last_entry_wins(tmp_path: Path) -> None:
+    apply(tar(file("f", b"first"), file("f", b"secnd")), tmp_path / "d")
     assert (tmp_path / "d/f").read_bytes() == b"secnd"
-    with pytest.raises(SystemError_, match='replaced the file "f"'):
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["f"]
+
+
+def test_a_path_written_twice_with_nowhere_to_keep_it_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameter, match='"f" appears twice'):
+        apply_layer(io.BytesIO(tar(file("f", b"1"), file("f", b"2"))), tmp_path,
+                    io.BytesIO())  # type: ignore[arg-type]
+
+
+def test_a_lost_earlier_copy_is_a_clear_error(tmp_path: Path) -> None:
+    _, skeleton = apply(tar(file("f", b"first"), file("f", b"secnd")), tmp_path / "d")
+    (_stale(tmp_path / "d") / "0").unlink()
+    with pytest.raises(SystemError_, match='"0" cannot be read'):
         rebuild(skeleton, tmp_path / "d")
 
 
