@@ -38,6 +38,13 @@ def _bool_flag(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
 
 
+def _key_value(value: str) -> tuple[str, str]:
+    key, eq, val = value.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"invalid log opt {value!r}: use KEY=VALUE")
+    return key, val
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="svcd",
@@ -85,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=int,
                    help="seconds a container gets to stop when the daemon shuts down "
                         "(default 10; then it is killed)")
+    p.add_argument("--log-driver", dest="log_driver",
+                   help="log driver of containers that name none (default json-file)")
+    p.add_argument("--log-opt", dest="log_opts", action="append", type=_key_value,
+                   metavar="KEY=VALUE", help="a default option of that log driver, "
+                   "repeatable (e.g. max-size=10m, max-file=3); containers' own win")
     p.add_argument("--config-file", dest="config_file", type=Path,
                    help="JSON file with the same keys as the flags "
                         f"(default {DEFAULT_CONFIG_FILE})")
@@ -93,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # argparse dest -> the config-file key (DaemonConfig alias)
-_DEST_TO_KEY = {"exec_root": "exec-root", "api_cors_header": "api-cors-header",
+_DEST_TO_KEY = {"log_driver": "log-driver", "log_opts": "log-opts",
+                "exec_root": "exec-root", "api_cors_header": "api-cors-header",
                 "log_level": "log-level", "cgroup_parent": "cgroup-parent",
                 "shutdown_timeout": "shutdown-timeout",
                 "insecure_registries": "insecure-registries",
@@ -107,6 +120,8 @@ def load_config(argv: Sequence[str]) -> DaemonConfig | None:
     if ns.pop("version", False):
         print(f"svc version {SVC_VERSION}, API {API_VERSION_STR}")
         return None
+    if "log_opts" in ns:
+        ns["log_opts"] = dict(ns["log_opts"])
     explicit_file = "config_file" in ns
     config_file: Path = ns.pop("config_file", DEFAULT_CONFIG_FILE)
     flags = {_DEST_TO_KEY.get(k, k): v for k, v in ns.items()}

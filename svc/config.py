@@ -53,6 +53,9 @@ class DaemonConfig(BaseModel):
     registry_mirrors: list[str] = Field(default_factory=list, alias="registry-mirrors")
     # the directory holding certs.d/<host:port>/{ca.crt,client.cert,client.key}
     registry_config_dir: Path = Field(Path("/etc/svc"), alias="registry-config-dir")
+    # what a container that names no log driver gets, and that driver's default options
+    log_driver: str = Field("json-file", alias="log-driver")
+    log_opts: dict[str, str] = Field(default_factory=dict, alias="log-opts")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from svc.api.server import (
 from svc.api.serving import serve
 from svc.background import keep_running
 from svc.config import DaemonConfig
+from svc.engine.containers.config import LogDefaults
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
 from svc.memory import freeze_imports, scavenge
@@ -141,7 +142,8 @@ def run_daemon(config: DaemonConfig,
                                          bridge=config.bridge, bip=config.bip,
                                          dns=tuple(config.dns),
                                          registry=registry_config(config),
-                                         debug=config.effective_log_level == "debug")
+                                         debug=config.effective_log_level == "debug",
+                                         log_defaults=log_defaults(config))
             engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None
@@ -163,6 +165,16 @@ def run_daemon(config: DaemonConfig,
     finally:
         release_pidfile(config.pidfile)
     log.info("svcd stopped")
+
+
+def log_defaults(config: DaemonConfig) -> LogDefaults:
+    """--log-driver and --log-opt, checked as a container's would be (InvalidParameter)."""
+    defaults = LogDefaults(config.log_driver, tuple(sorted(config.log_opts.items())))
+    try:
+        defaults.check()
+    except InvalidParameter as exc:
+        raise InvalidParameter(f"--log-driver/--log-opt: {exc}") from None
+    return defaults
 
 
 async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,

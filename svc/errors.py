@@ -70,6 +70,25 @@ class SystemError_(SvcError):  # noqa: N801 - trailing underscore avoids the bui
     """An unexpected failure of the machine (disk, runtime) that the client cannot fix."""
 
 
+class NoSpace(SystemError_):
+    """The disk (or a quota) is full. What the operation had made is undone: it can be tried
+    again once there is room."""
+
+
+NO_SPACE_ERRNOS = frozenset({28, 122})  # ENOSPC, EDQUOT
+
+
+def as_no_space(exc: BaseException, what: str = "") -> NoSpace | None:
+    """``exc`` (an OSError, maybe inside one-member exception groups) as a ``NoSpace`` naming
+    ``what`` failed, when it is one; else None."""
+    cause = unwrap(exc)
+    if not isinstance(cause, OSError) or cause.errno not in NO_SPACE_ERRNOS:
+        return None
+    where = f" ({cause.filename})" if cause.filename else ""
+    lead = f"{what}: " if what else ""
+    return NoSpace(f"{lead}no space left on device{where}: free some space and try again")
+
+
 def unwrap(exc: BaseException) -> BaseException:
     """The one error inside nested exception groups of one member each (what a nursery
     raises when a single task failed), so that clients read the error itself, never

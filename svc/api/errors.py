@@ -32,6 +32,7 @@ STATUS: dict[type[errors.SvcError], int] = {
     errors.Conflict: 409,
     errors.Unavailable: 503,
     errors.Unsupported: 501,
+    errors.NoSpace: 507,
     errors.SystemError_: 500,
 }
 
@@ -86,6 +87,9 @@ async def handle_http_exception(exc: HTTPException) -> Response:
 
 
 async def handle_unexpected(exc: Exception) -> Response:
+    full = errors.as_no_space(exc)
+    if full is not None:  # an ordinary condition: no traceback, a clear answer
+        return await handle_svc_error(full)
     log.exception("unexpected error while serving a request")
     return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 

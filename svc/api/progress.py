@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from svc.errors import SvcError, unwrap
+from svc.errors import SvcError, as_no_space, unwrap
 from svc.models.images import ProgressMessage as Msg
 
 log = logging.getLogger("svc.api.progress")
@@ -45,7 +45,7 @@ async def progress_lines(work: Work, what: str,
             try:
                 outcome["result"] = await work(send)
             except Exception as exc:  # headers are gone: report in the stream
-                cause = unwrap(exc)
+                cause = as_no_space(exc, f"{what} failed") or unwrap(exc)
                 if isinstance(cause, SvcError):
                     outcome["error"] = str(cause)
                     code = getattr(cause, "code", None)

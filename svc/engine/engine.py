@@ -16,6 +16,7 @@ import trio
 from svc.background import keep_running
 from svc.engine import system
 from svc.engine.build.builder import Builder
+from svc.engine.containers.config import LogDefaults
 from svc.engine.containers.container import Container
 from svc.engine.containers.service import ContainerService
 from svc.engine.containers.spec import HostFacts
@@ -54,6 +55,7 @@ class EngineConfig:
     bip: str = "172.17.0.1/16"
     dns: tuple[str, ...] = ()
     registry: RegistryConfig = RegistryConfig()
+    log_defaults: LogDefaults = LogDefaults()
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ class Engine:
             facts=HostFacts(tuple(host_capabilities()), host.oom_score_adj()),
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             save=self._save_container, delete=self._delete_container,
-            auto_remove=self._auto_remove, knobs=self._probe_knobs())
+            auto_remove=self._auto_remove, knobs=self._probe_knobs(),
+            log_defaults=config.log_defaults)
         self.volumes.referrers = self.containers.volume_users
         self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self._nursery: trio.Nursery | None = None
@@ -192,6 +195,7 @@ class Engine:
     async def persist(self) -> None:
         """Write whatever is still only in memory (called on shutdown)."""
         await self.events.flush()
+        await self.containers.runner.supervisor.save_deferred()
 
     def close(self) -> None:
         """Release the root (after persist)."""
@@ -226,5 +230,5 @@ class Engine:
             engine_id=self.engine_id, root=self.config.root, runtime=self.config.runtime,
             debug=self.config.debug, containers=self.containers.counts(),
             images=len(self.images.images), listeners=self.events.listeners,
-            registry=self.config.registry,
+            registry=self.config.registry, logging_driver=self.config.log_defaults.driver,
         )

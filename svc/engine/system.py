@@ -133,7 +133,8 @@ def registry_info(config: Registries) -> RegistryConfig:
 
 def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 containers: tuple[int, int, int, int], images: int,
-                listeners: int, registry: Registries) -> SystemInfo:
+                listeners: int, registry: Registries,
+                logging_driver: str = "json-file") -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -155,7 +156,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         Debug=debug, NFd=host.open_fds(), OomScoreAdj=host.oom_score_adj(),
         NGoroutines=count_tasks(),
         SystemTime=rfc3339_nano(time.time_ns()),
-        ExecutionDriver=Path(runtime).name, LoggingDriver="json-file", CgroupDriver="cgroupfs",
+        ExecutionDriver=Path(runtime).name, LoggingDriver=logging_driver, CgroupDriver="cgroupfs",
         NEventsListener=listeners,
         KernelVersion=host.kernel_version(), OperatingSystem=host.operating_system(),
         OSType="linux", Architecture=host.machine(),

@@ -99,3 +99,32 @@ def _empty_file(tmp_path: Path) -> Path:
     path = tmp_path / "empty.json"
     path.write_text("{}")
     return path
+
+
+def test_log_defaults_from_flags_and_the_config_file(tmp_path: Path) -> None:
+    none = tmp_path / "none.json"
+    none.write_text("{}")
+    cfg = load_config(["--config-file", str(none), "--log-opt", "max-size=10m",
+                       "--log-opt", "max-file=3", "--log-driver", "json-file"])
+    assert cfg is not None
+    assert cfg.log_driver == "json-file" and cfg.log_opts == {"max-size": "10m", "max-file": "3"}
+    daemon_json = tmp_path / "daemon.json"
+    daemon_json.write_text(json.dumps({"log-driver": "none", "log-opts": {}}))
+    cfg = load_config(["--config-file", str(daemon_json)])
+    assert cfg is not None and cfg.log_driver == "none"
+
+
+def test_log_defaults_merge_as_dockerd_merges_them() -> None:
+    from svc.engine.containers.config import LogDefaults, with_log_defaults
+    from svc.models.containers import HostConfigBody
+
+    defaults = LogDefaults("json-file", (("max-file", "3"), ("max-size", "10m")))
+    merged = with_log_defaults(HostConfigBody(), defaults)
+    assert merged.LogConfig.Type == "json-file"
+    assert merged.LogConfig.Config == {"max-file": "3", "max-size": "10m"}
+    own = HostConfigBody.model_validate({"LogConfig": {"Type": "json-file",
+                                                       "Config": {"max-size": "1k"}}})
+    assert with_log_defaults(own, defaults).LogConfig.Config == {"max-size": "1k",
+                                                                 "max-file": "3"}
+    other = HostConfigBody.model_validate({"LogConfig": {"Type": "none"}})
+    assert with_log_defaults(other, defaults).LogConfig.Config in (None, {})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 from svc.engine.containers import security_opts
@@ -232,6 +233,35 @@ def _check_restart_policy(hc: HostConfigBody) -> None:
     if rp.MaximumRetryCount and rp.Name != "on-failure":
         raise InvalidParameter(f'maximum restart count not valid with restart policy of '
                                f'"{rp.Name}"')
+
+
+@dataclass(frozen=True)
+class LogDefaults:
+    """The daemon's ``--log-driver`` and ``--log-opt`` values: what a container that names no
+    driver gets, and the options of that driver that a container leaves out."""
+
+    driver: str = "json-file"
+    opts: tuple[tuple[str, str], ...] = ()
+
+    def check(self) -> None:
+        """Raises InvalidParameter naming what is wrong (the daemon refuses to start)."""
+        _check_log_config(HostConfigBody.model_validate(
+            {"LogConfig": {"Type": self.driver, "Config": dict(self.opts)}}))
+
+
+def with_log_defaults(hc: HostConfigBody, defaults: LogDefaults) -> HostConfigBody:
+    """``hc`` with the daemon's log defaults merged in, as dockerd merges them
+    (``mergeAndVerifyLogConfig``): no driver takes the daemon's; the daemon's driver takes
+    each daemon option the container does not set."""
+    driver = hc.LogConfig.Type or defaults.driver
+    config = dict(hc.LogConfig.Config or {})
+    if driver == defaults.driver:
+        for key, value in defaults.opts:
+            config.setdefault(key, value)
+    if driver == hc.LogConfig.Type and config == (hc.LogConfig.Config or {}):
+        return hc
+    log_config = hc.LogConfig.model_copy(update={"Type": driver, "Config": config})
+    return hc.model_copy(update={"LogConfig": log_config})
 
 
 def _check_log_config(hc: HostConfigBody) -> None:

@@ -243,9 +243,14 @@ class ContainerFS:
 
 
 def _produce_to_temp(upper: Path, tmp_dir: Path) -> str:
+    """The upper dir as a layer tar in a temp file (removed if it cannot be written whole)."""
     fd, name = tempfile.mkstemp(prefix="tmp-commit-", dir=tmp_dir)
-    with os.fdopen(fd, "wb") as out:
-        produce_layer(upper, out)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            produce_layer(upper, out)
+    except BaseException:
+        os.unlink(name)
+        raise
     return name
 
 

@@ -82,7 +82,7 @@ class Lifecycle:
 
     async def stop_locked(self, c: Container, timeout: float) -> None:
         c.manually_stopped = True
-        await self.save(c)
+        await self.runner.supervisor.save_or_defer(c)  # a full disk must not keep it running
         if c.state.status is State.RESTARTING:
             if c.restart_scope is not None:
                 c.restart_scope.cancel()
@@ -160,6 +160,6 @@ class Lifecycle:
             if c.live is None:  # it exited while the runtime froze or thawed it
                 require(c.state.status, verb, c.id)
             transition(c.state, "paused" if verb == "pause" else "unpaused")
-            await self.save(c)
+            await self.runner.supervisor.save_or_defer(c)  # it is: the record follows
             c.notify()
         self.runner.event(c, verb)

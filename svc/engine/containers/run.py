@@ -173,7 +173,7 @@ class Runner:
             st.pid, st.started_ns = live.pid, now_ns()
             st.exit_code, st.error, st.oom_killed = 0, "", False
             c.has_been_started = True
-            await self.save(c)
+            await self.supervisor.save_or_defer(c)  # it runs: on a full disk the record follows
             c.notify()
             self.event(c, "start")
         finally:
@@ -184,7 +184,7 @@ class Runner:
         ``die`` sent as dockerd sends it (below API 1.25 the CLI's ``run --rm`` removes the
         container when it sees ``die`` and waits for ``destroy``)."""
         c.state.exit_code, c.state.error = code, message
-        await self.save(c)
+        await self.supervisor.save_or_defer(c)
         c.exits, c.last_exit_code = c.exits + 1, code
         c.notify()
         self.event(c, "die", exitCode=str(code))

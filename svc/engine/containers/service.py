@@ -20,10 +20,12 @@ import trio
 
 from svc.engine.containers.attach import SessionOptions, StdinTarget, session
 from svc.engine.containers.config import (
+    LogDefaults,
     check_host_config,
     check_name,
     fill_host_defaults,
     merge_config,
+    with_log_defaults,
 )
 from svc.engine.containers.container import Container, new_id, now_ns
 from svc.engine.containers.exec import ExecService
@@ -74,8 +76,9 @@ class ContainerService:
                  save: Callable[[Container], Awaitable[None]],
                  delete: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
-                 knobs: Knobs | None) -> None:
+                 knobs: Knobs | None, log_defaults: LogDefaults | None = None) -> None:
         self.dir = root / "containers"
+        self.log_defaults = log_defaults or LogDefaults()
         self.images = images
         self.network_service = networks
         self.save = save
@@ -157,7 +160,7 @@ class ContainerService:
             image = self.images.resolve(image_ref)
         except NotFound:
             raise NotFound(f"No such image: {image_ref}") from None
-        hc = body.HostConfig or HostConfigBody()
+        hc = with_log_defaults(body.HostConfig or HostConfigBody(), self.log_defaults)
         warnings = check_host_config(hc, self.knobs)
         check_binds(hc)
         check_extra_hosts(list(hc.ExtraHosts or []))
@@ -293,7 +296,7 @@ class ContainerService:
             with trio.CancelScope(shield=True):
                 traces = await self.runner.leaves_traces(c)
                 if traces:  # a crash from here on: the next start finishes the removal
-                    await self.save(c)
+                    await self.runner.supervisor.save_or_defer(c)  # (a full disk: on anyway)
             c.notify()
             await self._finish_remove(c, teardown=traces)
             if volumes:
@@ -334,7 +337,7 @@ class ContainerService:
                         was_manual = c.manually_stopped
                         await self.lifecycle.stop_locked(c, timeout)
                         c.manually_stopped = was_manual  # a shutdown is not a user's stop
-                        await self.save(c)
+                        await self.runner.supervisor.save_or_defer(c)
             except Exception:  # the others are still stopped; the next start cleans up
                 log.exception("stopping container %s at shutdown failed", c.short_id)
 
@@ -384,10 +387,14 @@ class ContainerService:
         c.warnings = check_host_config(hc, self.knobs)
         check_binds(hc)
         volumes_from = self.volumes.volumes_from(hc)
-        before = c.mounts
+        before, before_hc = c.mounts, c.host_config
         c.mounts = await self.volumes.make_mounts(hc, c.config.Volumes, volumes_from, before)
         c.host_config = fill_host_defaults(hc)
-        await self.save(c)
+        try:
+            await self.save(c)
+        except BaseException:  # not saved (a full disk): not changed
+            c.mounts, c.host_config = before, before_hc
+            raise
         kept = {m.Name for m in c.mounts}
         await self.volumes.drop_anonymous(c, [m for m in before if m.Name not in kept])
 

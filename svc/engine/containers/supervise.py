@@ -19,12 +19,13 @@ import trio
 from svc.engine.containers.attach import OutputHub, output_chunks
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
+from svc.engine.containers.logguard import GuardedLog
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
-from svc.storage.jsonlog.options import parse_log_opts
+from svc.storage.jsonlog.options import on_full, parse_log_opts
 from svc.storage.jsonlog.writer import JsonLogWriter
 from svc.wire.stdcopy import STDERR, STDOUT
 
@@ -56,6 +57,7 @@ class Supervisor:
         self.cgroup_of = cgroup_of
         self.teardown = teardown
         self.launch = launch
+        self.unsaved: dict[str, Container] = {}  # records a full disk held back
 
     async def supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -64,22 +66,24 @@ class Supervisor:
         Cancellation (daemon shutdown): the container is killed and torn down, shielded.
         """
         try:
-            writer = _open_log(c)
+            guard = _open_log(c)
         except (OSError, ValueError) as exc:  # the log cannot be opened: run without it
             log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
-            writer = None
-        live.log = writer
+            guard = None
+        live.log = guard.writer if guard is not None else None
         task_status.started()
         try:
-            await self._supervise_run(c, live, pipes, writer)
+            await self._supervise_run(c, live, pipes, guard)
         except Exception:  # a bug must never take the daemon (and every container) down
             log.exception("supervising container %s failed", c.short_id)
 
     async def _supervise_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                             writer: JsonLogWriter | None) -> None:
+                             guard: GuardedLog | None) -> None:
+        """Watch, then record the exit whatever happened: every step of the ending runs
+        (a full disk fails the log's last lines and the record's save, never the ending)."""
         code = -1
         try:
-            code = await self._watch(c, live, pipes, writer)
+            code = await self._watch(c, live, pipes, guard)
         except Exception:
             log.exception("watching container %s failed; it is killed", c.short_id)
         finally:
@@ -89,8 +93,8 @@ class Supervisor:
                         await self.runtime.kill(c.id, signal.SIGKILL)
                     with trio.move_on_after(5):
                         code = await wait_pid(live.pid)
-                if writer is not None:
-                    writer.close()
+                if guard is not None:
+                    guard.close()
                 if pipes is not None:
                     await pipes.aclose()
                 if live.console is not None:
@@ -114,7 +118,7 @@ class Supervisor:
             await self._maybe_restart(c, code)
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                     writer: JsonLogWriter | None) -> int:
+                     guard: GuardedLog | None) -> int:
         sources: list[tuple[Any, str]] = (
             [(pipes.stdout, "stdout"), (pipes.stderr, "stderr")] if pipes is not None
             else [(live.console, "stdout")])
@@ -123,7 +127,7 @@ class Supervisor:
             for stream, name in sources:
                 ev = trio.Event()
                 done.append(ev)
-                nursery.start_soon(_copy_output, stream, name, writer, c.hub, ev)
+                nursery.start_soon(_copy_output, stream, name, guard, c.hub, ev)
             code = await wait_pid(live.pid)
             with trio.move_on_after(DRAIN_SECONDS):
                 for ev in done:
@@ -149,12 +153,31 @@ class Supervisor:
         transition(st, "exited")
         st.pid, st.exit_code, st.finished_ns = 0, code, now_ns()
         st.oom_killed = oom
-        await self.save(c)
+        await self.save_or_defer(c)
         c.exits, c.last_exit_code = c.exits + 1, code
         if oom:
             self.event(c, "oom")
         self.event(c, "die", exitCode=str(code))
         c.notify()
+
+    async def save_or_defer(self, c: Container) -> None:
+        """Save ``c``'s record; when the disk cannot take it, the state stays true in memory
+        (inspect shows it) and the record is saved with the container's next change or at
+        shutdown (``save_deferred``)."""
+        try:
+            await self.save(c)
+        except OSError as exc:
+            self.unsaved[c.id] = c
+            log.error("container %s: its state could not be saved (%s); it is kept in "
+                      "memory and saved with its next change", c.short_id, exc.strerror or exc)
+        else:
+            self.unsaved.pop(c.id, None)
+
+    async def save_deferred(self) -> None:
+        """Save the records a full disk held back (shutdown); those still failing are
+        logged."""
+        for c in list(self.unsaved.values()):
+            await self.save_or_defer(c)
 
     def wants_restart(self, c: Container, code: int) -> bool:
         rp = c.host_config.RestartPolicy
@@ -174,7 +197,7 @@ class Supervisor:
             return
         delay = min(RESTART_DELAY * (2 ** c.restart_count), RESTART_DELAY_MAX)
         transition(c.state, "restarting")
-        await self.save(c)
+        await self.save_or_defer(c)
         c.notify()
         with trio.CancelScope() as scope:
             c.restart_scope = scope
@@ -184,7 +207,7 @@ class Supervisor:
             if scope.cancelled_caught or not self.wants_restart(c, code):
                 if c.state.status is State.RESTARTING:
                     transition(c.state, "restart_abandoned")
-                    await self.save(c)
+                    await self.save_or_defer(c)
                     c.notify()
                 return
             c.restart_count += 1
@@ -193,21 +216,22 @@ class Supervisor:
             except (SvcError, OSError) as exc:
                 log.error("restarting container %s failed: %s", c.short_id, exc)
                 transition(c.state, "restart_abandoned")
-                await self.save(c)
+                await self.save_or_defer(c)
                 c.notify()
                 return
             self.event(c, "restart")
 
 
-def _open_log(c: Container) -> JsonLogWriter | None:
+def _open_log(c: Container) -> GuardedLog | None:
     if c.log_driver() != "json-file":
         return None
     opts = c.host_config.LogConfig.Config or {}
     max_size, max_file, compress = parse_log_opts(opts)
-    return JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
+    writer = JsonLogWriter(c.log_path, max_size=max_size, max_file=max_file, compress=compress)
+    return GuardedLog(writer, c.short_id, on_full(opts))
 
 
-async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub: OutputHub,
+async def _copy_output(stream: Any, name: str, guard: GuardedLog | None, hub: OutputHub,
                        done: trio.Event) -> None:
     """Copy one output stream to the log and the attached clients until EOF (a pty master
     reports EIO at the end). Each log write is handed to the ``logs -f`` taps in the same
@@ -216,16 +240,17 @@ async def _copy_output(stream: Any, name: str, writer: JsonLogWriter | None, hub
     try:
         async with aclosing(output_chunks(stream)) as chunks:
             async for chunk in chunks:
-                if writer is not None:
+                if guard is not None:
                     ts = time.time_ns()
-                    made = writer.write(name, chunk, ts, records=bool(hub.taps))
-                    if hub.taps:
-                        hub.logged(Tapped(code, chunk, ts, *writer.position(), records=made))
+                    written, made = await guard.write(name, chunk, ts, records=bool(hub.taps))
+                    if written and hub.taps:
+                        hub.logged(Tapped(code, chunk, ts, *guard.writer.position(),
+                                          records=made))
                 await hub.publish(code, chunk)
     finally:
-        if writer is not None:
+        if guard is not None:
             ts = time.time_ns()
-            writer.flush(ts, name)  # this stream's unfinished line: the other may go on
+            guard.flush(ts, name)  # this stream's unfinished line: the other may go on
             if hub.taps:
-                hub.logged(Tapped(code, b"", ts, *writer.position(), flush=True))
+                hub.logged(Tapped(code, b"", ts, *guard.writer.position(), flush=True))
         done.set()

@@ -37,7 +37,15 @@ from svc.engine.networks.ipam import (
     ula_subnet,
 )
 from svc.engine.networks.publish import PortPublisher
-from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
+from svc.errors import (
+    Conflict,
+    Forbidden,
+    InvalidParameter,
+    NotFound,
+    SvcError,
+    SystemError_,
+    as_no_space,
+)
 from svc.network import bridge as br
 from svc.network import netrules
 from svc.network.firewall import Firewall, FirewallError, Rule, owner_of
@@ -248,8 +256,12 @@ class NetworkService:
                     raise Conflict(str(exc)) from None
                 except (br.NetworkError, FirewallError, OSError) as exc:
                     await trio.to_thread.run_sync(self._drop_bridge, net)
-                    raise SystemError_(str(exc)) from exc
-                await self.save(nid, net.record())
+                    raise as_no_space(exc, "network create") or SystemError_(str(exc)) from exc
+                try:
+                    await self.save(nid, net.record())
+                except BaseException:  # not recorded (a full disk): no bridge, no rules
+                    await trio.to_thread.run_sync(self._drop_bridge, net)
+                    raise
                 self.networks[nid] = net
         self.events.publish("network", "create", nid, {"name": name, "type": "bridge"})
         return net, warning

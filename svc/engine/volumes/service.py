@@ -176,7 +176,12 @@ class VolumeService:
                        anonymous=anonymous)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(dirs.create, self.dir, name)
-                await self._save(name, v.record())
+                try:
+                    await self._save(name, v.record())
+                except BaseException:  # not recorded (a full disk): no directory either
+                    with contextlib.suppress(OSError):
+                        await trio.to_thread.run_sync(dirs.remove, self.dir, name)
+                    raise
                 self.volumes[name] = v
         self.events.publish("volume", "create", name, {"driver": DRIVER})
         return v

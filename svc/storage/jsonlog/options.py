@@ -1,5 +1,8 @@
 """The json-file driver's ``--log-opt`` values, checked with moby's messages: ``max-size``
-(go-units sizes), ``max-file`` and ``compress``; the keys dockerd accepts and ignores here."""
+(go-units sizes), ``max-file`` and ``compress``; the keys dockerd accepts and ignores here;
+and svc's own ``on-full``: what a container's output does while the log cannot be written
+(a full disk): ``drop`` (the default: lines are counted and dropped, the container runs on)
+or ``block`` (its writes wait until there is room)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,13 @@ _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": T
           "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 # dockerd accepts these too; they only add "attrs" to records, which this writer leaves out.
 _ACCEPTED = {"max-size", "max-file", "compress", "labels", "labels-regex", "env", "env-regex",
-             "tag"}
+             "tag", "on-full"}
+ON_FULL = ("drop", "block")
+
+
+def on_full(config: Mapping[str, str]) -> str:
+    """The ``on-full`` mode (validated by ``parse_log_opts``)."""
+    return config.get("on-full", "drop")
 
 
 def parse_size(value: str) -> int:
@@ -40,6 +49,8 @@ def parse_log_opts(config: Mapping[str, str]) -> tuple[int | None, int, bool]:
     for key in config:
         if key not in _ACCEPTED:
             raise ValueError(f"unknown log opt '{key}' for json-file log driver")
+    if config.get("on-full", "drop") not in ON_FULL:
+        raise ValueError(f"invalid on-full '{config['on-full']}': use drop or block")
     max_size: int | None = None
     if "max-size" in config:
         max_size = parse_size(config["max-size"])

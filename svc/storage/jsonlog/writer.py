@@ -58,14 +58,18 @@ def gzip_file(src: Path, dst: Path, last_time: str | None) -> None:
     # Level 1: rotation compresses inline, in the writer's thread; twice level 6's speed.
     deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
     crc = size = 0
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
-        os.fchmod(fout.fileno(), FILE_MODE)
-        fout.write(head)
-        while chunk := fin.read(1 << 20):
-            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
-            fout.write(deflate.compress(chunk))
-        fout.write(deflate.flush())
-        fout.write(crc.to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little"))
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            os.fchmod(fout.fileno(), FILE_MODE)
+            fout.write(head)
+            while chunk := fin.read(1 << 20):
+                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+                fout.write(deflate.compress(chunk))
+            fout.write(deflate.flush())
+            fout.write(crc.to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little"))
+    except OSError:  # a full disk: ``src`` stays whole and uncompressed
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, dst)
     src.unlink()
 
@@ -155,7 +159,8 @@ class JsonLogWriter:
 
         Raises:
             ValueError: an unknown stream or a closed writer.
-            OSError: the file could not be written or rotated.
+            OSError: the file could not be written or rotated (a full disk): nothing of this
+                write is in the file or kept, so the same call may be made again.
         """
         if self._fd < 0:
             raise ValueError("write to a closed log")
@@ -191,9 +196,16 @@ class JsonLogWriter:
         while len(rest) >= MAX_LINE:
             parts.append(START + escape(rest[:MAX_LINE]) + end)
             rest = rest[MAX_LINE:]
-        self._pending[idx] = rest
         if parts:
-            self._emit(parts, stamp)
+            before = self._pending[idx]
+            self._pending[idx] = rest
+            try:
+                self._emit(parts, stamp)
+            except OSError:  # nothing of this write is kept: the same call may be retried
+                self._pending[idx] = before
+                raise
+        else:
+            self._pending[idx] = rest
         if not records:
             return None
         if made is None or len(data) - cut >= MAX_LINE:
@@ -251,11 +263,18 @@ class JsonLogWriter:
             off = cut
 
     def _write_all(self, parts: list[bytes | memoryview], total: int) -> None:
-        done = os.writev(self._fd, parts)
-        if done < total:  # a short write (disk full, signal): finish it or raise
-            rest = memoryview(b"".join(parts))[done:]
-            while rest:
-                rest = rest[os.write(self._fd, rest) :]
+        """Append ``parts`` whole, or not at all: a write the disk cut short is taken back
+        (truncating needs no room), so no torn record is left for the next to run into."""
+        try:
+            done = os.writev(self._fd, parts)
+            if done < total:  # a short write (disk full, signal): finish it or raise
+                rest = memoryview(b"".join(parts))[done:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            raise
         self._size += total
 
     def _open(self, *, truncate: bool) -> None:
