@@ -239,9 +239,13 @@ class _Applier:
             fd = os.open(path, _CREATE, 0o600)
         size = e.size
         try:
-            self._skel.file(rel, size)
-            if size:
-                self._reader.copy_payload(fd)
+            if e.sparse is not None:
+                self._skel.sparse_file(rel, e.sparse)
+                self._reader.copy_sparse(fd, e.sparse, e.real_size)
+            else:
+                self._skel.file(rel, size)
+                if size:
+                    self._reader.copy_payload(fd)
             # Owner, then mode (chown clears setuid), then xattrs (chown drops capabilities).
             os.fchown(fd, e.uid, e.gid)
             os.fchmod(fd, e.mode)

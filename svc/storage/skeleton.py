@@ -12,6 +12,9 @@ records, each a one-byte tag and big-endian fields:
   end-of-archive blocks and any trailing bytes), verbatim.
 - ``F`` u32 path length, u64 size, path: ``size`` payload bytes, to be read from the file at
   ``path`` (relative to the diff dir, as stored by ``apply_layer``).
+- ``P`` u32 path length, u32 count, path, count times (u64 offset, u64 length): a GNU sparse
+  file's payload, its data segments read from those ranges of the file at ``path``. Counts as
+  an ``F`` for ``S`` records.
 - ``S`` u32 n, u32 path length, path: a later entry of the same archive removed or replaced the
   file the latest ``F`` naming ``path`` refers to; that payload was moved to ``<stale>/<n>``
   (``apply_layer``'s ``stale_dir``), where the rebuild reads it.
@@ -37,6 +40,7 @@ from svc.storage.tarformat import CHUNK, show, write_all, write_out
 SKELETON_MAGIC = b"svc-tar-skeleton 1\n"
 _U32, _U64, _F_HEAD = struct.Struct(">I"), struct.Struct(">Q"), struct.Struct(">IQ")
 _F_RECORD = struct.Struct(">cIQ")  # tag and _F_HEAD
+_RANGE = struct.Struct(">QQ")
 _BATCH = CHUNK // 4  # records handed to the worker to compress at a time
 
 
@@ -70,6 +74,16 @@ class SkeletonWriter:
             self._raw_at = -1
         records += _F_RECORD.pack(b"F", len(path), size)
         records += path
+        if len(records) >= _BATCH:
+            self._hand_over()
+
+    def sparse_file(self, path: bytes, segments: list[tuple[int, int]]) -> None:
+        if self._raw_at >= 0:
+            self._end_raw()
+        records = self._records
+        records += b"P" + _U32.pack(len(path)) + _U32.pack(len(segments)) + path
+        for offset, length in segments:
+            records += _RANGE.pack(offset, length)
         if len(records) >= _BATCH:
             self._hand_over()
 
@@ -219,6 +233,15 @@ def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO,
                     _emit_file(sink, kept.parent, os.fsencode(kept.name), size)
                     continue
             _emit_file(sink, diff_dir, rel, size)
+        elif tag == b"P":
+            rel, ranges = _read_sparse(read)
+            where, name = diff_dir, rel
+            if moved:
+                seen[rel] = seen.get(rel, 0) + 1
+                kept = moved.get((rel, seen[rel]))
+                if kept is not None:
+                    where, name = kept.parent, os.fsencode(kept.name)
+            _emit_ranges(sink, where, name, ranges)
         elif tag == b"S":
             read(4)
             rel = read(_U32.unpack(read(4))[0])
@@ -226,9 +249,9 @@ def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO,
                 raise SystemError_(f'layer {diff_dir} cannot be exported: the earlier copy '
                                    f'of "{show(rel)}" is missing')
         elif tag == b"X":
-            name = show(read(_U32.unpack(read(4))[0]))
+            lost = show(read(_U32.unpack(read(4))[0]))
             raise SystemError_(f'layer {diff_dir} cannot be exported: its archive replaced '
-                               f'the file "{name}" after writing it')
+                               f'the file "{lost}" after writing it')
         else:
             raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
     total = _U64.unpack(read(8))[0]
@@ -252,6 +275,9 @@ def _stale_payloads(skeleton: BinaryIO, diff_dir: Path, stale_dir: Path
             length, _ = _F_HEAD.unpack(read(_F_HEAD.size))
             rel = read(length)
             seen[rel] = seen.get(rel, 0) + 1
+        elif tag == b"P":
+            rel, _ = _read_sparse(read)
+            seen[rel] = seen.get(rel, 0) + 1
         elif tag == b"S":
             n, length = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
             rel = read(length)
@@ -262,6 +288,35 @@ def _stale_payloads(skeleton: BinaryIO, diff_dir: Path, stale_dir: Path
         else:
             raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
     return moved
+
+
+def _read_sparse(read: Callable[[int], bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    length, count = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
+    rel = read(length)
+    data = read(count * _RANGE.size)
+    return rel, [_RANGE.unpack_from(data, i * _RANGE.size) for i in range(count)]
+
+
+def _emit_ranges(sink: _Sink, where: Path, rel: bytes, ranges: list[tuple[int, int]]) -> None:
+    """A sparse file's data segments, read from their places in the file."""
+    path = os.path.join(os.fsencode(where), rel)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SystemError_(f'layer {where}: file "{show(rel)}" cannot be read: '
+                           f"{exc.strerror}") from exc
+    try:
+        for offset, length in ranges:
+            done = 0
+            while done < length:
+                data = os.pread(fd, min(length - done, CHUNK), offset + done)
+                if not data:
+                    raise SystemError_(f'layer {where}: file "{show(rel)}" has changed '
+                                       "(shorter than its sparse map)")
+                sink.write(data)
+                done += len(data)
+    finally:
+        os.close(fd)
 
 
 def _reader(skeleton: BinaryIO, diff_dir: Path) -> Callable[[int], bytes]:

@@ -3,8 +3,9 @@
 What ``TarReader`` accepts (as Go's ``archive/tar`` does, unless noted):
 
 - ustar, GNU (long names, base-256 numbers) and PAX (path, linkpath, size, uid, gid, mtime,
-  ``SCHILY.xattr.*``) headers are read; PAX global headers are ignored; sparse files, volume
-  labels and other types are refused. The first zero block ends the archive (everything after
+  ``SCHILY.xattr.*``) headers are read; PAX global headers are ignored; GNU sparse files in
+  every format GNU tar writes (``tarsparse``) are unpacked with their holes; volume labels
+  and other types are refused. The first zero block ends the archive (everything after
   it is kept for the diff id); EOF right after an entry is accepted, anywhere else it is not.
 
 Every byte ``TarReader`` reads is hashed (``svc.storage.layerworker``), and whatever is not
@@ -15,18 +16,21 @@ constants and small helpers the apply, produce and rebuild modules share.
 from __future__ import annotations
 
 import os
-import struct
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
-from svc.errors import InvalidParameter, SystemError_
+from svc.errors import SystemError_
+from svc.storage import tarsparse
+from svc.storage.tarfields import BLOCK as BLOCK  # re-exported: the layer modules' too
+from svc.storage.tarfields import bad as bad
+from svc.storage.tarfields import checksum_ok, num, pax_records, pax_time_ns
+from svc.storage.tarfields import show as show
 
 if TYPE_CHECKING:
     from svc.storage.layerworker import Hasher
     from svc.storage.skeleton import SkeletonWriter
 
-BLOCK = 512
 CHUNK = 1 << 20
 MAX_META = 1 << 20  # largest PAX header / GNU long name buffered (Go's archive/tar uses 1 MiB)
 WHITEOUT = b".wh."
@@ -37,25 +41,11 @@ OPAQUE_XATTR = b"trusted.overlay.opaque"
 # able to plant redirects or metacopy origins. SELinux labels are host policy, not image content.
 PRIVATE_XATTRS = (b"trusted.overlay.", b"user.overlay.", b"security.selinux")
 _ZERO_BLOCK = bytes(BLOCK)
+GNU_SPARSE = b"S"
 REGULAR, HARDLINK, SYMLINK, CHAR, BLOCKDEV, DIR, FIFO = (
     b"0", b"1", b"2", b"3", b"4", b"5", b"6")
 _ID_LIMIT = 2**32 - 1  # uid_t: (uid_t)-1 means "unchanged" to chown(2)
 _FAST_KINDS = (REGULAR, HARDLINK, SYMLINK, DIR)  # see TarReader.next
-
-
-SHOWN_MAX = 200  # bytes of a name an error message shows
-
-
-def show(name: bytes) -> str:
-    """A name for a message: decoded with escapes, cut short when long."""
-    if len(name) > SHOWN_MAX:
-        return (name[:SHOWN_MAX].decode("utf-8", "backslashreplace")
-                + f"...({len(name)} bytes)")
-    return name.decode("utf-8", "backslashreplace")
-
-
-def bad(message: str) -> InvalidParameter:
-    return InvalidParameter(f"invalid layer archive: {message}")
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -101,58 +91,9 @@ class Entry:
     devmajor: int
     devminor: int
     xattrs: dict[bytes, bytes]
-
-
-def _num(field: bytes) -> int:
-    """A numeric header field: octal text, or GNU base-256 when the high bit is set."""
-    try:
-        return int(field.rstrip(b"\0 "), 8)  # fast path: "0000644\0", "  644 \0", "015341\0 "
-    except ValueError:
-        pass
-    if field[0] & 0x80:
-        value = int.from_bytes(field[1:], "big")
-        return value - 256 ** (len(field) - 1) if field[0] == 0xFF else value
-    text = field.partition(b"\0")[0]
-    return int(text, 8) if text.strip() else 0
-
-
-def _checksum_ok(block: bytes) -> bool:
-    """Unsigned header sum (checksum field as spaces); signed too, as some old tars wrote it."""
-    view = memoryview(block)
-    # Each half sums to at most 65280 < 65521, so Adler-32's low half is its exact byte sum + 1.
-    total = (zlib.adler32(view[:256]) & 0xFFFF) + (zlib.adler32(view[256:]) & 0xFFFF) - 2
-    try:
-        stored = _num(block[148:156])
-    except ValueError:
-        return False
-    if stored == total - sum(block[148:156]) + 256:
-        return True
-    signed: tuple[int, ...] = struct.unpack_from("148b", block)
-    signed += struct.unpack_from("356b", block, 156)
-    return stored == 256 + sum(signed)
-
-
-def _pax_records(data: bytes) -> dict[bytes, bytes]:
-    """Parse PAX ``"<len> key=value\\n"`` records (values kept as raw bytes)."""
-    records: dict[bytes, bytes] = {}
-    pos = 0
-    while pos < len(data) and data[pos]:
-        space = data.find(b" ", pos)
-        length = int(data[pos:space]) if space > pos else 0
-        record = data[pos : pos + length]
-        key, eq, value = record[space - pos + 1 : -1].partition(b"=")
-        if length <= 0 or len(record) != length or not record.endswith(b"\n") or not eq:
-            raise ValueError("malformed PAX record")
-        records[key] = value
-        pos += length
-    return records
-
-
-def _pax_time_ns(text: bytes) -> int:
-    negative = text.startswith(b"-")
-    whole, _, frac = text.lstrip(b"-").partition(b".")
-    ns = int(whole or b"0") * 1_000_000_000 + int((frac + b"000000000")[:9])
-    return -ns if negative else ns
+    # a GNU sparse file: its data segments (offset, length) in a file of ``real_size``
+    sparse: list[tuple[int, int]] | None = None
+    real_size: int = 0
 
 
 class TarReader:
@@ -256,10 +197,10 @@ class TarReader:
                     raise bad(f"extended header without an entry at offset {at}")
                 self._drain()
                 return None
-            if not _checksum_ok(block):
+            if not checksum_ok(block):
                 raise bad(f"bad header checksum at offset {at} (not a tar archive?)")
             try:
-                kind, size = block[156:157], _num(block[124:136])
+                kind, size = block[156:157], num(block[124:136])
                 if kind not in (b"x", b"g", b"L", b"K"):
                     return self._entry(block, kind, size, longname, longlink, pax)
             except ValueError as exc:
@@ -271,7 +212,7 @@ class TarReader:
                 raise bad("unexpected end of data")
             if kind == b"x":
                 try:
-                    pax.update(_pax_records(data))
+                    pax.update(pax_records(data))
                 except ValueError as exc:
                     raise bad(f"malformed PAX header at offset {at}") from exc
             elif kind == b"L":
@@ -280,9 +221,20 @@ class TarReader:
                 longlink = data.partition(b"\0")[0]
             # "g" (PAX global header): recorded, otherwise ignored, as moby does.
 
-    def copy_payload(self, fd: int) -> None:
-        """Write the current entry's payload to ``fd`` (not recorded: the skeleton names it)."""
-        n, self._left = self._left, 0
+    def copy_sparse(self, fd: int, segments: list[tuple[int, int]], real_size: int) -> None:
+        """Write a sparse entry's data segments where its map puts them in ``fd`` (a new,
+        empty file), leaving holes, then give the file its real size."""
+        for offset, length in segments:
+            os.lseek(fd, offset, os.SEEK_SET)
+            self.copy_payload(fd, length)
+        os.ftruncate(fd, real_size)
+
+    def copy_payload(self, fd: int, n: int | None = None) -> None:
+        """Write the current entry's payload (or its next ``n`` bytes) to ``fd`` (not
+        recorded: the skeleton names it)."""
+        if n is None:
+            n = self._left
+        self._left -= n
         pos = self._pos
         if n <= self._end - pos:  # the common case: all of it is buffered
             written = os.write(fd, self._view[pos : pos + n])
@@ -350,13 +302,15 @@ class TarReader:
         if longlink is None:
             longlink = block[157:257].partition(b"\0")[0] if block[157] else b""
         device = kind in (CHAR, BLOCKDEV)
-        e = Entry(longname, kind, _num(block[100:108]) & 0o7777, _num(block[108:116]),
-                   _num(block[116:124]), size, _num(block[136:148]) * 1_000_000_000, longlink,
-                   _num(block[329:337]) if device else 0, _num(block[337:345]) if device else 0,
+        e = Entry(longname, kind, num(block[100:108]) & 0o7777, num(block[108:116]),
+                   num(block[116:124]), size, num(block[136:148]) * 1_000_000_000, longlink,
+                   num(block[329:337]) if device else 0, num(block[337:345]) if device else 0,
                    {})
         if pax:
             for key, value in pax.items():
                 self._pax_override(e, key, value)
+        if kind == GNU_SPARSE or (pax and any(k.startswith(b"GNU.sparse.") for k in pax)):
+            self._sparse(e, block, pax)
         if e.kind == b"\0":
             e.kind = DIR if e.name.endswith(b"/") else REGULAR
         elif e.kind == b"7":  # contiguous file
@@ -370,6 +324,24 @@ class TarReader:
         self._left, self._pad = e.size, padding(e.size)
         return e
 
+    def _sparse(self, e: Entry, block: bytes, pax: dict[bytes, bytes]) -> None:
+        """Read ``e``'s sparse map (``tarsparse``): the header's and its extension blocks, or
+        the PAX records', or (1.0) the payload's first blocks, all recorded verbatim."""
+        if e.kind == GNU_SPARSE:
+            segments, real = tarsparse.old_gnu(block, lambda: self._meta(BLOCK))
+            e.kind = REGULAR
+        else:
+            found = tarsparse.pax(pax, lambda: self._meta(BLOCK), e.name)
+            if found is None:
+                return
+            segments, real_size, name, used = found
+            if name:
+                e.name = name
+            e.size -= used
+            real = e.size if real_size is None else real_size
+        tarsparse.check(segments, real, e.size, e.name)
+        e.sparse, e.real_size = segments, real
+
     @staticmethod
     def _pax_override(e: Entry, key: bytes, value: bytes) -> None:
         if key == b"path":
@@ -379,8 +351,7 @@ class TarReader:
         elif key in (b"size", b"uid", b"gid"):
             setattr(e, key.decode(), int(value))
         elif key == b"mtime":
-            e.mtime_ns = _pax_time_ns(value)
+            e.mtime_ns = pax_time_ns(value)
         elif key.startswith(b"SCHILY.xattr."):
             e.xattrs[key[len(b"SCHILY.xattr.") :]] = value
-        elif key.startswith(b"GNU.sparse."):
-            raise bad(f'entry "{show(e.name)}" is a sparse file, which is not supported')
+        # GNU.sparse.*: read by ``_sparse`` once the entry is made

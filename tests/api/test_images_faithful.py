@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
 from tests.conftest import http_client
 from tests.support import images as timg
@@ -116,3 +117,26 @@ async def test_overlay_xattrs_in_a_layer_are_not_applied(d: Daemon, c: httpx.Asy
     upper = (await c.get("/images/ovl/json")).json()["GraphDriver"]["Data"]["UpperDir"]
     assert not [k for k in os.listxattr(f"{upper}/d") if k.startswith("trusted.overlay.")]
     assert await _saved_layers(c, "ovl") == [layer]
+
+
+async def test_a_gnu_sparse_layer_is_accepted_and_saves_as_imported(
+        c: httpx.AsyncClient, tmp_path: Any) -> None:
+    """GNU tar's sparse entries (old GNU and PAX 1.0 here; every format in the unit tests)
+    are accepted as the engines accepted them, with the file's holes, and saved unchanged."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "db", "wb") as f:
+        f.truncate(16 << 20)
+        f.seek(8 << 20)
+        f.write(b"payload in the middle")
+    for fmt in (["--format=gnu"], ["--format=pax", "--sparse-version=1.0"]):
+        out = tmp_path / "layer.tar"
+        await trio.run_process(["tar", "--sparse", *fmt, "--owner=0", "--group=0",
+                                "--numeric-owner", "-cf", str(out), "-C", str(src), "."])
+        layer = out.read_bytes()
+        repo = "sparse" + fmt[-1].rsplit("=", 1)[-1].replace(".", "")
+        assert "error" not in _last(await _import(c, layer, repo))
+        assert await _saved_layers(c, repo) == [layer]
+        upper = (await c.get(f"/images/{repo}/json")).json()["GraphDriver"]["Data"]["UpperDir"]
+        st = os.stat(f"{upper}/db")
+        assert st.st_size == 16 << 20 and st.st_blocks * 512 < 1 << 20
