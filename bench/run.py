@@ -37,6 +37,7 @@ from bench import (  # noqa: E402
     bench_requests,
     bench_rss,
     bench_scale,
+    bench_soak,
     bench_streams,
     procs,
     report,
@@ -60,6 +61,7 @@ BENCHMARKS = [
     Benchmark("network", bench_network.network),
     Benchmark("network_scale", bench_scale.network_scale),
     Benchmark("fuzz_rss", bench_scale.fuzz_rss),
+    Benchmark("soak", bench_soak.soak),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}
