@@ -23,7 +23,7 @@ import threading
 import time
 
 from bench.context import Context
-from bench.harness import Figure, Outcome, Target, proc_status_kib, request_bytes
+from bench.harness import Figure, Outcome, Target, exchange, proc_status_kib, request_bytes
 
 REQUESTS = 100_000
 CLIENTS = 50
@@ -35,29 +35,6 @@ CLOSE = request_bytes("GET", "/_ping").replace(b"\r\n\r\n", b"\r\nConnection: cl
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _answer(sock: socket.socket, buf: bytes) -> bytes:
-    """Read one response (Content-Length framed); what was read past it."""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before an answer")
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed mid-answer")
-        rest += chunk
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise ConnectionError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
-    return rest[length:]
 
 
 class _Budget:
@@ -86,15 +63,16 @@ def _turn(path: str, rng: random.Random, budget: _Budget) -> None:
             s.sendall(b"GET /_pi")  # half a head, then gone
             return
         n = budget.take(rng.randint(1, 5))
-        buf = b""
         for i in range(n):
             last = i == n - 1
             if last and kind < 0.20:  # a request, then a reset before the answer is read
                 s.sendall(request_bytes("GET", rng.choice(PATHS)))
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 break
-            s.sendall(CLOSE if last and kind < 0.40 else request_bytes("GET", rng.choice(PATHS)))
-            buf = _answer(s, buf)
+            raw = CLOSE if last and kind < 0.40 else request_bytes("GET", rng.choice(PATHS))
+            status, head, _ = exchange(s, raw)
+            if status != 200:
+                raise ConnectionError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
         with budget.lock:
             budget.done += n
 
@@ -104,7 +82,7 @@ def _client(path: str, seed: int, budget: _Budget) -> None:
     while budget.left > 0:
         try:
             _turn(path, rng, budget)
-        except (OSError, ConnectionError):
+        except (OSError, ValueError):
             with budget.lock:
                 budget.errors += 1
 

@@ -179,13 +179,17 @@ class _Sink:
         return done
 
 
-def _emit_file(sink: _Sink, diff_dir: Path, rel: bytes, size: int) -> None:
-    path = os.path.join(os.fsencode(diff_dir), rel)
+def _open_payload(where: Path, rel: bytes) -> int:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(os.path.join(os.fsencode(where), rel),
+                       os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise SystemError_(f'layer {diff_dir}: file "{show(rel)}" cannot be read: '
+        raise SystemError_(f'layer {where}: file "{show(rel)}" cannot be read: '
                            f"{exc.strerror}") from exc
+
+
+def _emit_file(sink: _Sink, diff_dir: Path, rel: bytes, size: int) -> None:
+    fd = _open_payload(diff_dir, rel)
     try:
         found = os.fstat(fd).st_size
         if found != size or sink.copy_file(fd, size) != size:
@@ -299,12 +303,7 @@ def _read_sparse(read: Callable[[int], bytes]) -> tuple[bytes, list[tuple[int, i
 
 def _emit_ranges(sink: _Sink, where: Path, rel: bytes, ranges: list[tuple[int, int]]) -> None:
     """A sparse file's data segments, read from their places in the file."""
-    path = os.path.join(os.fsencode(where), rel)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SystemError_(f'layer {where}: file "{show(rel)}" cannot be read: '
-                           f"{exc.strerror}") from exc
+    fd = _open_payload(where, rel)
     try:
         for offset, length in ranges:
             done = 0

@@ -20,7 +20,7 @@ import pytest
 
 from tests.runtime.conftest import skip_reason
 from tests.support import images as timg
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, with_busybox
 
 SIZE = "48m"
 NOISY = ["sh", "-c", "while :; do echo 0123456789012345678901234567890123456789012345678901234"
@@ -66,17 +66,10 @@ def _fill_rest(root: Path) -> Path:
 def full() -> Iterator[tuple[FullDiskDaemon, httpx.Client]]:
     if reason := skip_reason():
         pytest.skip(reason)
-    d = FullDiskDaemon()
-    try:
-        d.start()
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
-                          base_url="http://svc", timeout=30) as c:
-            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox"},
-                       content=timg.busybox_rootfs_tar())
-            assert r.status_code == 200 and "error" not in r.text, r.text
-            yield d, c
-    finally:
-        d.cleanup()
+    with with_busybox(FullDiskDaemon()) as d, httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(d.sock)), base_url="http://svc",
+            timeout=30) as c:
+        yield d, c  # type: ignore[misc]
 
 
 def _run(c: httpx.Client, cmd: list[str], **fields: Any) -> str:

@@ -13,25 +13,17 @@ import pytest
 
 from tests.conftest import docker_cli
 from tests.runtime.conftest import skip_reason
-from tests.support import images as timg
-from tests.support.daemon import REPO, Daemon
+from tests.support.daemon import REPO, Daemon, with_busybox
 
 
 @pytest.fixture(scope="module")
 def rotating() -> Iterator[tuple[Daemon, httpx.Client]]:
     if reason := skip_reason():
         pytest.skip(reason)
-    d = Daemon(["--log-opt", "max-size=10k", "--log-opt", "max-file=2"])
-    try:
-        d.start()
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
-                          base_url="http://svc", timeout=30) as c:
-            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox"},
-                       content=timg.busybox_rootfs_tar())
-            assert r.status_code == 200 and "error" not in r.text, r.text
-            yield d, c
-    finally:
-        d.cleanup()
+    with with_busybox(Daemon(["--log-opt", "max-size=10k", "--log-opt", "max-file=2"])) as d, \
+            httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)), base_url="http://svc",
+                         timeout=30) as c:
+        yield d, c
 
 
 def _log_files(d: Daemon, cid: str) -> list[Path]:

@@ -166,12 +166,13 @@ def running(args: Sequence[str] = (), **kw: object):  # type: ignore[no-untyped-
 
 
 @contextlib.contextmanager
-def with_busybox() -> Iterator[Daemon]:
-    """A started daemon holding ``busybox:latest`` (imported through the API), checked at
-    the end for forks without exec, and cleaned up whatever happened: the module fixture of
-    the container and build tests."""
-    d = Daemon().start()
+def with_busybox(daemon: Daemon | None = None) -> Iterator[Daemon]:
+    """A started daemon (``daemon``, else a new one) holding ``busybox:latest`` (imported
+    through the API), checked at the end for forks without exec, and cleaned up whatever
+    happened: the module fixture of the container and build tests."""
+    d = daemon or Daemon()
     try:
+        d.start()
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
                           base_url="http://svc", timeout=60) as c:
             r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
