@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from svc.models.base import WireModel
+from svc.models.legacy_hostconfig import merge_top_level
 
 
 def str_or_list(v: Any) -> Any:
@@ -210,6 +211,15 @@ class NetworkingConfigBody(WireModel):
 class CreateBody(ContainerConfig):
     HostConfig: HostConfigBody | None = None
     NetworkingConfig: NetworkingConfigBody | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _top_level_host_config(cls, data: Any) -> Any:
+        """HostConfig fields beside ``HostConfig`` (older dialects), merged as the engines
+        merged them (``svc.models.legacy_hostconfig``)."""
+        if not isinstance(data, dict):
+            return data
+        return merge_top_level(data, cls, HostConfigBody)
 
 
 class CreateResponse(WireModel):

@@ -94,7 +94,7 @@ async def list_networks() -> Response:
     return json_response(found)
 
 
-@bp.get("/networks/<ref>")
+@bp.get("/networks/<path:ref>")
 async def inspect(ref: str) -> Response:
     return json_response(shape(networks().resolve(ref)))
 
@@ -124,13 +124,13 @@ async def create() -> Response:
     return json_response(NetworkCreateResponse(Id=net.id, Warning=warning), status=201)
 
 
-@bp.delete("/networks/<ref>")
+@bp.delete("/networks/<path:ref>")
 async def remove(ref: str) -> Response:
     await networks().remove(networks().resolve(ref), [])
     return Response(b"", status=204)
 
 
-@bp.post("/networks/<ref>/connect")
+@bp.post("/networks/<path:ref>/connect")
 async def connect(ref: str) -> Response:
     body = await json_body(ConnectBody)
     assert body is not None
@@ -139,7 +139,7 @@ async def connect(ref: str) -> Response:
     return Response(b"", status=200)
 
 
-@bp.post("/networks/<ref>/disconnect")
+@bp.post("/networks/<path:ref>/disconnect")
 async def disconnect(ref: str) -> Response:
     body = await json_body(DisconnectBody)
     assert body is not None

@@ -243,11 +243,17 @@ class ContainerFS:
 
 
 def _produce_to_temp(upper: Path, tmp_dir: Path) -> str:
-    """The upper dir as a layer tar in a temp file (removed if it cannot be written whole)."""
+    """The upper dir as a layer tar in a temp file (removed if it cannot be written whole).
+    A container never started has no upper dir yet: its layer is the empty one, as the
+    engines committed it (an image of its base and its config)."""
     fd, name = tempfile.mkstemp(prefix="tmp-commit-", dir=tmp_dir)
     try:
         with os.fdopen(fd, "wb") as out:
-            produce_layer(upper, out)
+            if upper.is_dir():
+                produce_layer(upper, out)
+            else:
+                with tempfile.TemporaryDirectory(prefix="tmp-commit-empty-", dir=tmp_dir) as e:
+                    produce_layer(Path(e), out)
     except BaseException:
         os.unlink(name)
         raise

@@ -139,7 +139,27 @@ def environment(c: Container, links: list[str] | None = None) -> list[str]:
     head.append(f"HOSTNAME={c.config.Hostname or c.short_id}")
     if c.tty:
         head.append("TERM=xterm")
-    return head + list(links or []) + env
+    return replace_or_append(head + list(links or []), env)
+
+
+def replace_or_append(defaults: list[str], overrides: list[str]) -> list[str]:
+    """moby's ``ReplaceOrAppendEnvValues``: ``KEY=value`` replaces the default of that key or
+    is appended; a bare ``KEY`` (compose's variable with no value) unsets that default and is
+    never passed on (a process environment entry needs its ``=``)."""
+    out: list[str | None] = list(defaults)
+    where = {e.split("=", 1)[0]: i for i, e in enumerate(defaults)}
+    for value in overrides:
+        key, eq, _ = value.partition("=")
+        if not eq:
+            if key in where:
+                out[where[key]] = None
+            continue
+        if key in where:
+            out[where[key]] = value
+        else:
+            where[key] = len(out)
+            out.append(value)
+    return [e for e in out if e is not None]
 
 
 def namespace_modes(hc: HostConfig, joined_net: str | None) -> dict[str, str]:
