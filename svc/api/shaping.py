@@ -27,7 +27,8 @@ _VERSION_SINCE: dict[str, Version] = {"Os": (1, 18), "Arch": (1, 18), "KernelVer
                                       "BuildTime": (1, 19), "Experimental": (1, 19)}
 
 
-def json_response(body: WireModel | dict[str, Any] | list[Any], status: int = 200) -> Response:
+def json_response(body: WireModel | dict[str, Any] | list[Any] | None,
+                  status: int = 200) -> Response:
     data = body.wire() if isinstance(body, WireModel) else (
         json.dumps(body, separators=(",", ":")).encode() + b"\n")
     return Response(data, status=status, content_type="application/json")

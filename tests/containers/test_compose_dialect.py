@@ -50,7 +50,8 @@ def _create(d: Daemon, version: str, body: dict[str, object]) -> dict[str, objec
 
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)), base_url="http://svc",
                       timeout=30) as c:
-        r = c.post(f"/v{version}/containers/create", json={"Image": "busybox", **body})
+        r = c.post(f"/v{version}/containers/create",
+                   json={"Image": "busybox", "Cmd": ["true"], **body})
         assert r.status_code == 201, r.text
         cid = r.json()["Id"]
         hc = c.get(f"/v{version}/containers/{cid}/json").json()["HostConfig"]
@@ -152,3 +153,27 @@ def test_blank_and_unprintable_network_names_are_refused(cdaemon: Daemon, name: 
                       base_url="http://svc", timeout=30) as c:
         r = c.post("/v1.22/networks/create", json={"Name": name})
     assert r.status_code == 400 and says in r.text, r.text
+
+
+@pytest.mark.parametrize("version", COMPOSE_VERSIONS)
+def test_commit_of_a_container_never_started(cdaemon: Daemon, version: str) -> None:
+    """compose commits on every recreate with an image change: the engines made an image of
+    the base, an empty layer and the container's config; its changes are none (null)."""
+    got = _dockerpy(cdaemon, version, """
+ctr = c.create_container("busybox", ["echo", "committed"], labels={"tier": "web"})
+changes = c.diff(ctr)
+img = c.commit(ctr, repository="never-started", tag="v" + sys.argv[2].replace(".", ""))
+info = c.inspect_image(img["Id"])
+base = c.inspect_image("busybox")
+c.remove_container(ctr)
+print(json.dumps({"changes": changes, "cmd": info["Config"]["Cmd"],
+                  "labels": info["Config"]["Labels"], "layers": info["RootFS"]["Layers"],
+                  "base": base["RootFS"]["Layers"], "parent": info["Parent"],
+                  "base_id": base["Id"]}))
+""")
+    assert isinstance(got, dict)
+    assert got["changes"] is None
+    assert got["cmd"] == ["echo", "committed"] and got["labels"] == {"tier": "web"}
+    empty = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
+    assert got["layers"] == [*got["base"], empty]
+    assert got["parent"] == got["base_id"]

@@ -43,8 +43,8 @@ def _ctr(ref: str) -> Container:
 @bp.get("/containers/<ref>/changes")
 async def changes(ref: str) -> Response:
     c = _ctr(ref)
-    return json_response([ChangeEntry.model_validate(x).model_dump() for x in
-                          await containers().fs.changes(c)])
+    found = [ChangeEntry.model_validate(x).model_dump() for x in await containers().fs.changes(c)]
+    return json_response(found or None)  # none: null, as the engines' nil slice encoded
 
 
 @bp.get("/containers/<ref>/export")
