@@ -141,9 +141,8 @@ def inspect(c: Container, images: ImageService, nets: NetworkService, version: V
         body.pop("SizeRw")
         body.pop("SizeRootFs")
     state = body["State"]
-    if version < (1, 21):
+    if version < (1, 21):  # the engines' inspect before 1.21 was another struct
         state.pop("Status")
-    if version < (1, 22):
         state.pop("Dead")
         for m in body["Mounts"]:
             for key in ("Name", "Driver", "Propagation"):

@@ -177,3 +177,22 @@ print(json.dumps({"changes": changes, "cmd": info["Config"]["Cmd"],
     empty = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
     assert got["layers"] == [*got["base"], empty]
     assert got["parent"] == got["base_id"]
+
+
+@pytest.mark.parametrize("version", ["1.22"])  # networks: version-2 files, API 1.22
+def test_networks_show_what_compose_reads_at_its_versions(cdaemon: Daemon, version: str) -> None:
+    """compose 1.9 reads ``Internal`` (``internal: true`` in a version-2 file) and compares the
+    whole IPAM object, ``"Options": null`` included, with what it asked for."""
+    got = _dockerpy(cdaemon, version, """
+from docker.utils import create_ipam_config, create_ipam_pool
+ipam = create_ipam_config(pool_configs=[create_ipam_pool(subnet="10.231.7.0/24")])
+net = c.create_network("compose_internal_" + sys.argv[2].replace(".", ""), driver="bridge",
+                       internal=True, ipam=ipam)
+info = c.inspect_network(net["Id"])
+c.remove_network(net["Id"])
+print(json.dumps(info))
+""")
+    assert isinstance(got, dict)
+    assert got["Internal"] is True and got["EnableIPv6"] is False
+    assert got["IPAM"] == {"Driver": "default", "Options": None,
+                           "Config": [{"Subnet": "10.231.7.0/24"}]}

@@ -9,7 +9,6 @@ from quart_trio import QuartTrio
 
 from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
-from svc.api.versioning import api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import NetworksBackend
 from svc.engine.networks.ipam import Network
@@ -48,7 +47,12 @@ def _pool(subnet: str, ip_range: str = "", gateway: str = "",
 
 
 def shape(n: Network) -> dict[str, Any]:
-    config = [_pool(n.subnet, n.ip_range, n.gateway, n.aux)] if n.subnet else []
+    given = n.configured  # the pool the create asked for, shown as asked (the engines did)
+    if given:
+        config = [_pool(given["Subnet"], given.get("IPRange", ""), given.get("Gateway", ""),
+                        n.aux)]
+    else:  # none asked for: the pool chosen, with its gateway
+        config = [_pool(n.subnet, n.ip_range, n.gateway, n.aux)] if n.subnet else []
     if n.subnet6:
         config.append(_pool(n.subnet6, gateway=n.gateway6))
     elif n.declared6:
@@ -69,10 +73,9 @@ def shape(n: Network) -> dict[str, Any]:
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options, Labels=n.labels or None).model_dump()
     body["IPAM"]["Config"] = config
-    if api_version() < (1, 23):
-        for key in ("EnableIPv6", "Internal", "Labels"):
-            body.pop(key)
-        body["IPAM"].pop("Options")
+    # The same shape at every version: compose 1.x reads Internal at 1.22 and compares the
+    # whole IPAM object ("Options": null included); no client of an older version breaks on
+    # a field its engine did not send yet.
     return body
 
 

@@ -32,10 +32,11 @@ def volumes() -> VolumeService:
 
 
 def shape(v: Volume) -> dict[str, Any]:
-    """The volume object; ``Labels`` from v1.23."""
+    """The volume object, the same at every version (``Labels`` came with v1.23; no older
+    client breaks on it)."""
     body = VolumeBody(Name=v.name, Driver=v.driver, Mountpoint=str(v.mountpoint),
                       Labels=v.labels or None)
-    return body.model_dump(exclude={"Labels"} if api_version() < (1, 23) else set())
+    return body.model_dump()
 
 
 @bp.get("/volumes")

@@ -52,6 +52,9 @@ class Network:
     aux: dict[str, str] = field(default_factory=dict)  # AuxiliaryAddresses: never given out
     # an IPv6 pool declared without EnableIPv6: shown, not used (as dockerd)
     declared6: dict[str, str] = field(default_factory=dict)
+    # the IPv4 pool as the create gave it (Subnet, IPRange, Gateway; empty: none given), which
+    # inspect shows as the engines did; without one it shows the pool chosen and its gateway
+    configured: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
 
     def record(self) -> dict[str, Any]:
@@ -60,7 +63,7 @@ class Network:
                 "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
                 "Subnet6": self.subnet6, "Gateway6": self.gateway6,
                 "IPAMOptions": self.ipam_options, "Aux": self.aux, "Declared6": self.declared6,
-                "Options": self.options, "Labels": self.labels}
+                "Configured": self.configured, "Options": self.options, "Labels": self.labels}
 
     @property
     def prefixlen(self) -> int:

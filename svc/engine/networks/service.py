@@ -107,7 +107,8 @@ class NetworkService:
                 labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
                 gateway6=str(r.get("Gateway6") or ""),
                 ipam_options=dict(r.get("IPAMOptions") or {}),
-                aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}))
+                aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}),
+                configured=dict(r.get("Configured") or {}))
         return new
 
     @property
@@ -248,7 +249,10 @@ class NetworkService:
                           options=dict(options or {}), labels=dict(labels or {}),
                           subnet6=v6[0], gateway6=v6[1],
                           ipam_options=dict(ipam_options or {}), aux=aux,
-                          declared6=declared6)
+                          declared6=declared6,
+                          configured={k: v for k, v in (("Subnet", subnet),
+                                                        ("IPRange", ip_range),
+                                                        ("Gateway", gateway)) if v and subnet})
             with trio.CancelScope(shield=True):
                 try:
                     await trio.to_thread.run_sync(self._make_bridge, net)
