@@ -43,7 +43,6 @@ async def test_create_inspect_remove(api: httpx.AsyncClient) -> None:
                             IPAM={"Config": [{"Subnet": sub}], "Options": {"o": "x"}})
     assert net["IPAM"]["Options"] == {"o": "x"}  # type: ignore[index]
     assert net["Options"] == {"com.example.opt": "1"} and net["Labels"] == {"k": "v"}
-    gw = str(next(ipaddress.IPv4Network(sub).hosts()))
     assert net["Driver"] == "bridge" and net["Scope"] == "local" and net["Internal"] is False
     # the pool as asked for, no gateway added (the engines showed the configured pool)
     assert net["IPAM"]["Config"] == [{"Subnet": sub}]
