@@ -196,3 +196,45 @@ print(json.dumps(info))
     assert got["Internal"] is True and got["EnableIPv6"] is False
     assert got["IPAM"] == {"Driver": "default", "Options": None,
                            "Config": [{"Subnet": "10.231.7.0/24"}]}
+
+
+def test_kill_and_a_shorter_stop_do_not_wait_behind_a_long_stop(cdaemon: Daemon) -> None:
+    """compose's second Ctrl-C kills what its first one is stopping: the engines killed at
+    once and the pending stop returned; nothing else queues behind a stop's grace period."""
+    import threading
+    import time
+
+    import httpx
+
+    def client() -> httpx.Client:
+        return httpx.Client(transport=httpx.HTTPTransport(uds=str(cdaemon.sock)),
+                            base_url="http://svc/v1.22", timeout=60)
+
+    for second in ("kill", "stop?t=1"):
+        with client() as c:
+            # PID 1 ignores SIGTERM (no handler): only SIGKILL ends it
+            cid = c.post("/containers/create", json={"Image": "busybox",
+                                                     "Cmd": ["sleep", "300"]}).json()["Id"]
+            assert c.post(f"/containers/{cid}/start").status_code == 204
+        first: dict[str, float] = {}
+
+        def long_stop(cid: str = cid, first: dict[str, float] = first) -> None:
+            with client() as c:
+                r = c.post(f"/containers/{cid}/stop", params={"t": "200"})
+                first["status"], first["at"] = r.status_code, time.monotonic()
+
+        waiter = threading.Thread(target=long_stop)
+        waiter.start()
+        time.sleep(0.5)
+        with client() as c:
+            start = time.monotonic()
+            assert c.get(f"/containers/{cid}/json").json()["State"]["Running"] is True
+            assert c.get(f"/containers/{cid}/top").status_code == 200
+            assert time.monotonic() - start < 2  # inspect and top answer during the stop
+            r = c.post(f"/containers/{cid}/{second}")
+            assert r.status_code == 204, r.text
+            assert time.monotonic() - start < 5, second
+            waiter.join(10)
+            assert not waiter.is_alive() and first["status"] == 204
+            assert c.get(f"/containers/{cid}/json").json()["State"]["Running"] is False
+            c.delete(f"/containers/{cid}", params={"force": "1"})

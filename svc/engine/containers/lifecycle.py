@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from svc.engine.containers.config import stop_signal
-from svc.engine.containers.container import Container
+from svc.engine.containers.container import Container, Live
 from svc.engine.containers.run import Runner
 from svc.engine.containers.state import State, require, transition
 from svc.errors import InvalidParameter
@@ -75,23 +75,44 @@ class Lifecycle:
         return False
 
     async def stop(self, c: Container, timeout: int | None) -> None:
+        """The stop signal, then SIGKILL after ``timeout``. The container's lock is held only
+        to send the signal: its grace period is waited out without it, so a ``kill`` (compose's
+        second Ctrl-C), a second ``stop`` with a shorter timeout or an ``rm -f`` acts at once,
+        as with the engines, and this stop returns when the process has ended."""
         async with c.lock:
             require(c.state.status, "stop", c.id)
-            await self.stop_locked(c, 10 if timeout is None else timeout)
+            live = await self._begin_stop(c)
+        if live is not None:
+            await self._finish_stop(c, live, 10 if timeout is None else timeout)
         self.runner.event(c, "stop")
 
     async def stop_locked(self, c: Container, timeout: float) -> None:
+        """``stop`` for a caller that holds the lock throughout (restart, shutdown)."""
+        live = await self._begin_stop(c)
+        if live is not None:
+            await self._finish_stop(c, live, timeout)
+
+    async def _begin_stop(self, c: Container) -> Live | None:
+        """Mark the stop and send the stop signal (the caller holds the lock); the process
+        that must end, or None (a restart's wait, cancelled)."""
         c.manually_stopped = True
         await self.runner.supervisor.save_or_defer(c)  # a full disk must not keep it running
         if c.state.status is State.RESTARTING:
             if c.restart_scope is not None:
                 c.restart_scope.cancel()
+            return None
+        live = c.live
+        await self.send_signal(c, stop_signal(c.config))
+        return live
+
+    async def _finish_stop(self, c: Container, live: Live, timeout: float) -> None:
+        """Wait for ``live`` to end; after ``timeout``, SIGKILL it (never a process started
+        since: the check and the signal have no checkpoint between them)."""
+        if await _ended(live, timeout):
             return
-        sig = stop_signal(c.config)
-        await self.send_signal(c, sig)
-        if not await self.wait_live_exit(c, timeout):
+        if c.live is live:
             await self.send_signal(c, signal.SIGKILL)
-            await self.wait_live_exit(c, None)
+        await _ended(live, None)
 
     async def send_signal(self, c: Container, sig: int) -> None:
         """Send ``sig`` to the init; a paused container is thawed so that it can act on it."""
@@ -129,14 +150,15 @@ class Lifecycle:
                     c.restart_scope.cancel()
                 return
             c.manually_stopped = True
+            live = c.live
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.kill(c.id, sig)
             self.runner.event(c, "kill", signal=str(sig))
-            if sig == signal.SIGKILL:
-                if c.state.status is State.PAUSED:
-                    with contextlib.suppress(RuntimeFailure):
-                        await self.runtime.resume(c.id)
-                await self.wait_live_exit(c, None)
+            if sig == signal.SIGKILL and c.state.status is State.PAUSED:
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.resume(c.id)
+        if sig == signal.SIGKILL and live is not None:  # waited for without the lock
+            await _ended(live, None)
 
     async def pause(self, c: Container) -> None:
         await self._freeze(c, "pause")
@@ -163,3 +185,11 @@ class Lifecycle:
             await self.runner.supervisor.save_or_defer(c)  # it is: the record follows
             c.notify()
         self.runner.event(c, verb)
+
+
+async def _ended(live: Live, timeout: float | None) -> bool:
+    """Whether ``live``'s process ended within ``timeout`` seconds (None: waits for it)."""
+    with trio.move_on_after(timeout if timeout is not None else float("inf")):
+        await live.exited.wait()
+        return True
+    return False
