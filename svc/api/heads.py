@@ -27,3 +27,27 @@ def response_head(status: str, headers: list[tuple[str, str]]) -> bytes:
     lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers),
              *(f"{k}: {v}" for k, v in current_app.config["SVC_COMMON_HEADERS"])]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+# -- the raw-stream head of a hijacked connection (attach, exec start) ------------------------
+
+RAW_STREAM = "application/vnd.svc.raw-stream"
+
+
+def wants_upgrade(headers: list[tuple[bytes, bytes]]) -> bool:
+    connection = upgrade = ""
+    for name, value in headers:
+        low = name.lower()
+        if low == b"connection":
+            connection += "," + value.decode("latin1").lower()
+        elif low == b"upgrade":
+            upgrade = value.decode("latin1").strip().lower()
+    tokens = {t.strip() for t in connection.split(",")}
+    return "upgrade" in tokens and upgrade == "tcp"
+
+
+def raw_stream_head(upgrade: bool) -> bytes:
+    if upgrade:
+        return (b"HTTP/1.1 101 UPGRADED\r\nContent-Type: " + RAW_STREAM.encode()
+                + b"\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+    return b"HTTP/1.1 200 OK\r\nContent-Type: " + RAW_STREAM.encode() + b"\r\n\r\n"

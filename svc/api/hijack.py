@@ -46,34 +46,15 @@ from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.api import limits, serving
+from svc.api.heads import raw_stream_head, wants_upgrade
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
 from svc.errors import Unavailable
 
 EXTENSION = "svc.hijack"
-RAW_STREAM = "application/vnd.svc.raw-stream"
 RECEIVE_BYTES = 1 << 20
 # the requests whose body is read from the socket by their view (``RawBody``)
 RAW_BODY_TARGET = re.compile(rb"(/v[0-9]+(\.[0-9]+)*)?/build(\?.*)?")
-
-
-def _wants_upgrade(headers: list[tuple[bytes, bytes]]) -> bool:
-    connection = upgrade = ""
-    for name, value in headers:
-        low = name.lower()
-        if low == b"connection":
-            connection += "," + value.decode("latin1").lower()
-        elif low == b"upgrade":
-            upgrade = value.decode("latin1").strip().lower()
-    tokens = {t.strip() for t in connection.split(",")}
-    return "upgrade" in tokens and upgrade == "tcp"
-
-
-def response_head(upgrade: bool) -> bytes:
-    if upgrade:
-        return (b"HTTP/1.1 101 UPGRADED\r\nContent-Type: " + RAW_STREAM.encode()
-                + b"\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
-    return b"HTTP/1.1 200 OK\r\nContent-Type: " + RAW_STREAM.encode() + b"\r\n\r\n"
 
 
 class _HijackTaskGroup:
@@ -354,7 +335,7 @@ class HijackH11Protocol(H11Protocol):
         self.raw.plain_socket = _plain_socket(self.send)
         self.connection = self.raw._conn  # type: ignore[assignment]
         if head is None:
-            head = response_head(_wants_upgrade(scope["headers"]))
+            head = raw_stream_head(wants_upgrade(scope["headers"]))
         await self.send(RawData(data=head))
         await self.can_read.set()
         return self.raw

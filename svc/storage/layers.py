@@ -24,11 +24,9 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -39,30 +37,17 @@ from typing import Any, BinaryIO
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.storage.atomic import atomic_remove, atomic_write, fsync_dir
 from svc.storage.compression import open_decompressed
-from svc.storage.fsutil import remove_tree
+from svc.storage.layerinfo import LINK_DIR as LINK_DIR  # re-exported, as the rest below
+from svc.storage.layerinfo import STALE as STALE
+from svc.storage.layerinfo import TEMP_PREFIX as TEMP_PREFIX
+from svc.storage.layerinfo import LayerInfo as LayerInfo
+from svc.storage.layerinfo import chain_id_of as chain_id_of
+from svc.storage.layerinfo import hex_of, remove_tree_quietly
 from svc.storage.layerproduce import describe_layer
+from svc.storage.layerscan import scan
 from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
 
 log = logging.getLogger("svc.storage.layers")
-
-LINK_DIR = "l"
-STALE = "stale"  # payloads of files the layer's own archive replaced (for a byte-exact save)
-TEMP_PREFIX = "tmp-"
-_HEX = re.compile(r"[0-9a-f]{64}")
-_LINK = re.compile(r"[A-Z2-7]{26}")
-
-
-@dataclass(frozen=True)
-class LayerInfo:
-    """One committed layer."""
-
-    chain_id: str  # "sha256:..."; = diff_id for a base layer
-    diff_id: str  # sha256 of the uncompressed layer tar
-    parent: str | None  # the parent's chain id
-    size: int  # bytes of regular file content
-    link: str  # short name under <root>/l/, a symlink to ../<chain hex>/diff
-    tar_size: int = 0  # bytes of the layer tar that write_tar produces
-
 
 @dataclass
 class StagedLayer:
@@ -83,22 +68,6 @@ class StagedLayer:
         return f"{LINK_DIR}/{self.link}"
 
 
-def chain_id_of(parent: str | None, diff_id: str) -> str:
-    """Docker's chain id: the diff id for a base layer, else sha256 of "<parent> <diff id>"."""
-    if parent is None:
-        return diff_id
-    return "sha256:" + hashlib.sha256(f"{parent} {diff_id}".encode()).hexdigest()
-
-
-def _hex(chain_id: str) -> str:
-    return chain_id.removeprefix("sha256:")
-
-
-def _remove_tree(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        remove_tree(path)
-
-
 class LayerStore:
     """Layers under ``root`` (``<svc --root>/overlay2``)."""
 
@@ -110,71 +79,12 @@ class LayerStore:
     # -- startup ----------------------------------------------------------------------------
 
     def prepare(self) -> list[str]:
-        """Create the directories, remove what a crash left, load the committed layers.
-
-        Returns:
-          The paths discarded: ``tmp-*`` directories, layer directories without a valid
-          ``layer.json`` (or whose parent is gone), and short links to no committed layer.
-        """
-        (self.root / LINK_DIR).mkdir(parents=True, exist_ok=True, mode=0o700)
-        discarded: list[str] = []
-        found: dict[str, LayerInfo] = {}
-        for entry in sorted(self.root.iterdir()):
-            if entry.name == LINK_DIR:
-                continue
-            info = self._load(entry) if _HEX.fullmatch(entry.name) else None
-            if info is not None:
-                found[info.chain_id] = info
-            elif entry.name.startswith(TEMP_PREFIX) or _HEX.fullmatch(entry.name):
-                _remove_tree(entry)
-                discarded.append(str(entry))
-            else:
-                log.warning("leaving unknown entry %s alone", entry)
-        for orphan in _orphans(found):
-            del found[orphan]
-            _remove_tree(self.root / _hex(orphan))
-            discarded.append(str(self.root / _hex(orphan)))
-        discarded += self._sweep_links(found)
+        """Create the directories, remove what a crash left, load the committed layers
+        (``layerscan.scan``); returns the paths discarded."""
+        found, discarded = scan(self.root)
         with self._lock:
             self._layers = found
         return discarded
-
-    def _load(self, layer_dir: Path) -> LayerInfo | None:
-        try:
-            doc = json.loads((layer_dir / "layer.json").read_bytes())
-            info = LayerInfo(str(doc["chain_id"]), str(doc["diff_id"]),
-                             None if doc["parent"] is None else str(doc["parent"]),
-                             int(doc["size"]), str(doc["link"]), int(doc["tar_size"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("layer %s is not committed: %s", layer_dir.name, exc)
-            return None
-        if info.chain_id != "sha256:" + layer_dir.name \
-                or chain_id_of(info.parent, info.diff_id) != info.chain_id \
-                or not _LINK.fullmatch(info.link):
-            log.warning("layer %s has an inconsistent layer.json", layer_dir.name)
-            return None
-        return info
-
-    def _sweep_links(self, layers: dict[str, LayerInfo]) -> list[str]:
-        """Remove short links to no committed layer; recreate missing ones."""
-        links = self.root / LINK_DIR
-        wanted = {info.link: f"../{_hex(info.chain_id)}/diff" for info in layers.values()}
-        removed = []
-        for entry in links.iterdir():
-            try:
-                target = os.readlink(entry)
-            except OSError:
-                target = None
-            if wanted.get(entry.name) != target:
-                if entry.is_dir() and not entry.is_symlink():
-                    _remove_tree(entry)
-                else:
-                    entry.unlink()
-                removed.append(str(entry))
-        for name, target in wanted.items():
-            if not (links / name).is_symlink():
-                os.symlink(target, links / name)
-        return removed
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -196,7 +106,7 @@ class LayerStore:
         return info
 
     def diff_dir(self, chain_id: str) -> Path:
-        return self.root / _hex(self._require(chain_id).chain_id) / "diff"
+        return self.root / hex_of(self._require(chain_id).chain_id) / "diff"
 
     def tar_size(self, chain_id: str) -> int:
         """Length of the tar ``write_tar`` writes for this layer."""
@@ -213,7 +123,7 @@ class LayerStore:
 
         Cancellation: blocking; on an error ``out`` holds a truncated tar.
         """
-        layer_dir = self.root / _hex(self._require(chain_id).chain_id)
+        layer_dir = self.root / hex_of(self._require(chain_id).chain_id)
         with open(layer_dir / "skeleton", "rb") as skeleton:
             write_layer_from_skeleton(skeleton, layer_dir / "diff", out, layer_dir / STALE)
 
@@ -253,7 +163,7 @@ class LayerStore:
                 skeleton.flush()
                 os.fsync(skeleton.fileno())
         except BaseException:
-            _remove_tree(path)
+            remove_tree_quietly(path)
             raise
         return StagedLayer(path, result.diff_id, result.size, result.tar_size)
 
@@ -271,7 +181,7 @@ class LayerStore:
             link = self._new_link()
             os.symlink(f"../{path.name}/diff", self.root / LINK_DIR / link)
         except BaseException:
-            _remove_tree(path)
+            remove_tree_quietly(path)
             raise
         return StagedLayer(path, "", 0, 0, link=link)
 
@@ -292,7 +202,7 @@ class LayerStore:
             if staged.link:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.root / LINK_DIR / staged.link)
-            _remove_tree(staged.path)
+            remove_tree_quietly(staged.path)
 
     def commit(self, staged: StagedLayer, parent: str | None) -> LayerInfo:
         """Put a staged layer into the store on top of ``parent``; returns the layer.
@@ -338,13 +248,13 @@ class LayerStore:
         """Rename the temp dir into place, link it, then write layer.json (the commit point).
 
         Called with the lock held."""
-        final = self.root / _hex(chain_id)
+        final = self.root / hex_of(chain_id)
         if final.exists():  # an uncommitted leftover (the lock rules out a live commit)
-            _remove_tree(final)
+            remove_tree_quietly(final)
         os.rename(staged.path, final)
         fsync_dir(self.root)
         link = staged.link or self._new_link()
-        _point_link(self.root / LINK_DIR / link, f"../{_hex(chain_id)}/diff")
+        _point_link(self.root / LINK_DIR / link, f"../{hex_of(chain_id)}/diff")
         (final / "link").write_text(link)
         info = LayerInfo(chain_id, staged.diff_id, parent, staged.size, link, staged.tar_size)
         record: dict[str, Any] = {"chain_id": chain_id, "diff_id": info.diff_id,
@@ -376,14 +286,14 @@ class LayerStore:
                 raise NotFound(f"no such layer: {chain_id}")
             if any(other.parent == chain_id for other in self._layers.values()):
                 raise Conflict(f"layer {chain_id} is the parent of another layer")
-            layer_dir = self.root / _hex(chain_id)
+            layer_dir = self.root / hex_of(chain_id)
             atomic_remove(layer_dir / "layer.json")
             del self._layers[chain_id]
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.root / LINK_DIR / info.link)
             doomed = self.root / f"{TEMP_PREFIX}deleted-{secrets.token_hex(8)}"
             os.rename(layer_dir, doomed)
-        _remove_tree(doomed)
+        remove_tree_quietly(doomed)
 
 
 def _point_link(link: Path, target: str) -> None:
@@ -409,14 +319,3 @@ def _chain(chain_id: str, layers: dict[str, LayerInfo]) -> list[LayerInfo]:
         out.append(info)
         cur = info.parent
     return out
-
-
-def _orphans(layers: dict[str, LayerInfo]) -> list[str]:
-    """Chain ids whose parent chain is broken (their parent is not among ``layers``)."""
-    alive = dict(layers)
-    while True:
-        broken = [c for c, i in alive.items() if i.parent is not None and i.parent not in alive]
-        if not broken:
-            return [c for c in layers if c not in alive]
-        for c in broken:
-            del alive[c]

@@ -5,6 +5,7 @@ for an exit waits on the container's ``changed`` event, never on the process its
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -19,6 +20,8 @@ from svc.runtime.process import signal_number
 from svc.runtime.protocol import Runtime, RuntimeFailure
 
 RUNNING_STATES = (State.RUNNING, State.PAUSED, State.RESTARTING)
+
+log = logging.getLogger("svc.engine.containers")
 
 
 class Lifecycle:
@@ -85,6 +88,24 @@ class Lifecycle:
         if live is not None:
             await self._finish_stop(c, live, 10 if timeout is None else timeout)
         self.runner.event(c, "stop")
+
+    async def stop_all(self, containers: list[Container], timeout: float) -> None:
+        """Daemon shutdown: each running container gets its stop signal, then SIGKILL, all
+        at once; one that fails is logged (the next start cleans up) and the others go on."""
+        async def one(c: Container) -> None:
+            try:
+                async with c.lock:
+                    if c.state.status in RUNNING_STATES:
+                        was_manual = c.manually_stopped
+                        await self.stop_locked(c, timeout)
+                        c.manually_stopped = was_manual  # a shutdown is not a user's stop
+                        await self.runner.supervisor.save_or_defer(c)
+            except Exception:
+                log.exception("stopping container %s at shutdown failed", c.short_id)
+
+        async with trio.open_nursery() as nursery:
+            for c in containers:
+                nursery.start_soon(one, c)
 
     async def stop_locked(self, c: Container, timeout: float) -> None:
         """``stop`` for a caller that holds the lock throughout (restart, shutdown)."""

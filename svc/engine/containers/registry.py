@@ -10,6 +10,7 @@ import trio
 
 from svc.engine.containers import names as namegen
 from svc.engine.containers.container import Container, new_id
+from svc.engine.containers.state import State
 from svc.errors import Conflict, InvalidParameter, NotFound
 
 
@@ -60,3 +61,14 @@ class ContainerRegistry:
 
     def all(self) -> Iterable[Container]:
         return self.containers.values()
+
+    def image_use(self, image_id: str) -> tuple[str, bool] | None:
+        """A container of image ``image_id`` (a running one if any), and whether it runs: what
+        an image removal is refused for."""
+        found: tuple[str, bool] | None = None
+        for c in self.containers.values():
+            if c.image_id == image_id:
+                running = c.state.status in (State.RUNNING, State.PAUSED, State.RESTARTING)
+                if found is None or running:
+                    found = (c.id, running)
+        return found

@@ -15,8 +15,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ import trio
 
 from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
-from svc.engine.containers.rootfs import image_dir, make_init_layer, unmount_quietly
+from svc.engine.containers.overlay import Overlay
+from svc.engine.containers.rootfs import image_dir
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
 from svc.engine.containers.state import transition
 from svc.engine.containers.supervise import Supervisor
@@ -38,7 +39,6 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.mounts import mount_overlay
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
@@ -76,6 +76,7 @@ class Runner:
         self.runtime = runtime
         self.cgroups = cgroups
         self.images = images
+        self.overlay = Overlay(images)
         self.events = events
         self.volumes = volumes
         self.networks = networks
@@ -282,60 +283,14 @@ class Runner:
         return oci_spec(c, user, self.facts, self.cgroup_of(c), joined_net, link_env)
 
     async def mount(self, c: Container) -> None:
-        """Mount the overlay rootfs (image layers + the container's upper dir) if it is not."""
-        image = self.images.images.get(c.image_id)
-        if image is None:
-            raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
-        layers = self.images.layers
-        async with c.mount_lock:
-            lower = await trio.to_thread.run_sync(self._prepare_dirs, c, image.chain)
-            if lower is not None:
-                await mount_overlay(layers.root, lower, c.upper_dir, c.work_dir, c.rootfs)
+        await self.overlay.mount(c)
 
-    @asynccontextmanager
-    async def image_view(self, c: Container) -> AsyncIterator[Path]:
-        """``c``'s root as its image gives it (the init layer over the image's layers),
-        mounted read-only at ``c.view_dir`` for the block: for look-ups in a container that
-        never ran (a build's COPY: where its files go), with no upper dir, so that the
-        unmount syncs no file system (an overlay with one syncs all of that dir's file system
-        when unmounted: a build context just received, 50 MB, took 30 ms). A crash leaves the
-        view to ``restore``. Cancellation: unmounted."""
-        image = self.images.images.get(c.image_id)
-        if image is None:
-            raise InvalidParameter(f"the image {c.image_id} of container {c.id} is gone")
-        target = c.view_dir
-        lower = await trio.to_thread.run_sync(self._view_dirs, c, image.chain)
-        await mount_overlay(self.images.layers.root, lower, None, None, target)
-        try:
-            yield target
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(unmount_quietly, target)
+    def image_view(self, c: Container) -> AbstractAsyncContextManager[Path]:
+        return self.overlay.view(c)
 
-    def _view_dirs(self, c: Container, chain: list[str]) -> list[str]:
-        """Blocking: the view's lower dirs (two at least, as a read-only overlay needs)."""
-        c.view_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        lower = self._lower_dirs(c, chain)
-        if len(lower) < 2:  # FROM scratch: an empty dir below the init layer
-            empty = c.view_dir.with_name("view-empty")
-            empty.mkdir(exist_ok=True, mode=0o755)
-            lower.append(str(empty))
-        return lower
-
-    def _prepare_dirs(self, c: Container, chain: list[str]) -> list[str] | None:
-        """Blocking: the overlay's dirs; None if the rootfs is mounted already."""
-        if os.path.ismount(c.rootfs):
-            return None
-        for d in (c.upper_dir, c.work_dir, c.rootfs):
-            d.mkdir(parents=True, exist_ok=True, mode=0o755)
-        return self._lower_dirs(c, chain)
-
-    def _lower_dirs(self, c: Container, chain: list[str]) -> list[str]:
-        """Blocking: ``c``'s overlay lower dirs, top first: its init layer (made here if
-        need be), a build's layers above the image (``build_lowers``), the image's."""
-        make_init_layer(c.init_dir)
-        lower = self.images.layers.lower_dirs(chain[-1]) if chain else []
-        return [str(c.init_dir), *c.build_lowers, *lower]
+    async def unmount(self, c: Container, *, unless_used: bool = False,
+                      unless_read: bool = False) -> None:
+        await self.overlay.unmount(c, unless_used=unless_used, unless_read=unless_read)
 
     async def _mount_volumes(self, c: Container) -> None:
         """Each volume of ``c`` ready for it (a device mounted if it has one); a new, empty
@@ -375,18 +330,6 @@ class Runner:
         if self.runtime.has_state(c.id):  # else runc would start only to find nothing
             with trio.CancelScope(shield=True), contextlib.suppress(RuntimeFailure):
                 await self.runtime.delete(c.id, force=True)
-
-    async def unmount(self, c: Container, *, unless_used: bool = False,
-                      unless_read: bool = False) -> None:
-        """Unmount the overlay; ``unless_read``: only if no archive reader (or starting run)
-        holds it; ``unless_used``: nor a process. Decided under the mount lock, where a
-        reader or a start takes its hold."""
-        async with c.mount_lock:
-            if (unless_read or unless_used) and c.fs_users:
-                return
-            if unless_used and c.live is not None:
-                return
-            await trio.to_thread.run_sync(unmount_quietly, c.rootfs)
 
     async def leaves_traces(self, c: Container) -> bool:
         """Whether ``c`` has anything outside its directory and its record that a removal

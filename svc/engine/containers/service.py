@@ -135,16 +135,7 @@ class ContainerService:
     def open(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
         """Load the records (blocking, before serving): see ``ContainerRestore.load``."""
         self.restorer.load(records, keep)
-        self.images.container_use = self._image_use
-
-    def _image_use(self, image_id: str) -> tuple[str, bool] | None:
-        found: tuple[str, bool] | None = None
-        for c in self.containers.values():
-            if c.image_id == image_id:
-                running = c.state.status in RUNNING_STATES
-                if found is None or running:
-                    found = (c.id, running)
-        return found
+        self.images.container_use = self.registry.image_use
 
     # -- create -----------------------------------------------------------------------------
 
@@ -330,20 +321,7 @@ class ContainerService:
 
     async def stop_all(self, timeout: float) -> None:
         """Daemon shutdown: every running container gets its stop signal, then SIGKILL."""
-        async def one(c: Container) -> None:
-            try:
-                async with c.lock:
-                    if c.state.status in RUNNING_STATES:
-                        was_manual = c.manually_stopped
-                        await self.lifecycle.stop_locked(c, timeout)
-                        c.manually_stopped = was_manual  # a shutdown is not a user's stop
-                        await self.runner.supervisor.save_or_defer(c)
-            except Exception:  # the others are still stopped; the next start cleans up
-                log.exception("stopping container %s at shutdown failed", c.short_id)
-
-        async with trio.open_nursery() as nursery:
-            for c in list(self.containers.values()):
-                nursery.start_soon(one, c)
+        await self.lifecycle.stop_all(list(self.containers.values()), timeout)
 
     async def attach(self, c: Container, stream: trio.abc.Stream, *, logs: bool,
                      follow: bool, stdin: bool, stdout: bool, stderr: bool,

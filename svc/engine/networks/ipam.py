@@ -65,6 +65,20 @@ class Network:
                 "IPAMOptions": self.ipam_options, "Aux": self.aux, "Declared6": self.declared6,
                 "Configured": self.configured, "Options": self.options, "Labels": self.labels}
 
+    @classmethod
+    def from_record(cls, oid: str, r: dict[str, Any]) -> Network:
+        """A user network from its record (``record``; keys an older svc left out default)."""
+        return cls(
+            oid, str(r["Name"]), str(r.get("Driver") or "bridge"),
+            subnet=str(r.get("Subnet") or ""), gateway=str(r.get("Gateway") or ""),
+            ip_range=str(r.get("IPRange") or ""), bridge=str(r.get("Bridge") or ""),
+            internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
+            labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
+            gateway6=str(r.get("Gateway6") or ""),
+            ipam_options=dict(r.get("IPAMOptions") or {}),
+            aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}),
+            configured=dict(r.get("Configured") or {}))
+
     @property
     def prefixlen(self) -> int:
         return ipaddress.IPv4Network(self.subnet).prefixlen

@@ -99,16 +99,7 @@ class NetworkService:
         for oid, r in records.items():
             if r.get("Builtin") or str(r.get("Name")) in dict(BUILTIN):
                 continue
-            self.networks[oid] = Network(
-                oid, str(r["Name"]), str(r.get("Driver") or "bridge"),
-                subnet=str(r.get("Subnet") or ""), gateway=str(r.get("Gateway") or ""),
-                ip_range=str(r.get("IPRange") or ""), bridge=str(r.get("Bridge") or ""),
-                internal=bool(r.get("Internal")), options=dict(r.get("Options") or {}),
-                labels=dict(r.get("Labels") or {}), subnet6=str(r.get("Subnet6") or ""),
-                gateway6=str(r.get("Gateway6") or ""),
-                ipam_options=dict(r.get("IPAMOptions") or {}),
-                aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}),
-                configured=dict(r.get("Configured") or {}))
+            self.networks[oid] = Network.from_record(oid, r)
         return new
 
     @property

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from svc.api.hijack import _wants_upgrade, response_head
+from svc.api.heads import raw_stream_head as response_head
+from svc.api.heads import wants_upgrade as _wants_upgrade
 from svc.wire.stdcopy import FrameDecoder, encode_frame
 from svc.wire.timefmt import parse_timestamp_ns, rfc3339_nano
 
