@@ -89,4 +89,18 @@ if [ ! -x .venv-dockerpy/bin/python ] || [ "$(cat .venv-dockerpy/.want 2>/dev/nu
     .venv-dockerpy/bin/pip install -q --no-deps ".dockerpy/$DOCKERPY_SDIST"
     echo "$want" > .venv-dockerpy/.want
 fi
+# docker-compose 1.9.0 (the last 1.x whose version-2 files speak API 1.22) as a client of the
+# tests, on the same Python 3.6, with the versions its own requirements resolve to.
+COMPOSE_PINS=("docker-compose==1.9.0" "docker-py==1.10.6" "requests==2.11.1"
+              "PyYAML==3.13" "jsonschema==2.6.0" "texttable==0.8.8" "docopt==0.6.2"
+              "dockerpty==0.4.1" "cached-property==1.5.2" "websocket-client==0.59.0"
+              "docker-pycreds==0.4.0" "six==1.17.0")
+want="${COMPOSE_PINS[*]}"
+if [ ! -x .venv-compose/bin/docker-compose ] || [ "$(cat .venv-compose/.want 2>/dev/null)" != "$want" ]; then
+    py36="${PYTHON36:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.6.15/bin/python3.6}"
+    rm -rf .venv-compose
+    "$py36" -m venv .venv-compose
+    .venv-compose/bin/pip install -q "${COMPOSE_PINS[@]}"
+    echo "$want" > .venv-compose/.want
+fi
 echo "setup: ready (.venv/bin/svcd)"

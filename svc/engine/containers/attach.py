@@ -126,6 +126,9 @@ class OutputHub:
         self.taps: set[LogTap] = set()  # logs -f followers (log_tap)
         self._drained = trio.Event()
         self._published = trio.Event()
+        # the run's output has ended but its exit is not recorded yet (the container still
+        # shows as running): an attach now gets the end at once, not the next run's output
+        self.run_ended = False
 
     def logged(self, item: Tapped) -> None:
         """The supervisor wrote ``item`` to the log: hand it to the followers, at once."""
@@ -139,8 +142,16 @@ class OutputHub:
 
     def subscribe(self, *, stdout: bool, stderr: bool) -> Attachment:
         a = Attachment(self, stdout, stderr)
-        self.subscribers.add(a)
+        if self.run_ended:
+            a.end()
+        else:
+            self.subscribers.add(a)
         return a
+
+    def exit_recorded(self) -> None:
+        """The exit is recorded (the container shows as stopped): attaching from now on waits
+        for the next run, as ``docker start -a`` does."""
+        self.run_ended = False
 
     def drained(self) -> None:
         self._drained.set()
@@ -177,6 +188,7 @@ class OutputHub:
 
     def end_run(self) -> None:
         """The process exited: every attached stream ends once its queue is drained."""
+        self.run_ended = True
         self._wake_publish_waiters()
         for a in self.subscribers:
             a.end()

@@ -35,6 +35,12 @@ class Lifecycle:
         self.save = save
 
     async def start(self, c: Container) -> None:
+        """Start ``c``. A process that has ended but whose exit is still being recorded (its
+        teardown runs) is waited for: it has exited, so this start runs it again instead of
+        answering "already started" (compose's ``run`` starts, attaches, starts again)."""
+        live = c.live
+        if live is not None and live.ended.is_set():
+            await live.exited.wait()
         async with c.lock:
             require(c.state.status, "start", c.id)
             c.manually_stopped = False

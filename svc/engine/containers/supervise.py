@@ -151,6 +151,7 @@ class Supervisor:
         c.live = None
         st = c.state
         transition(st, "exited")
+        c.hub.exit_recorded()  # with the transition: no attach sees one without the other
         st.pid, st.exit_code, st.finished_ns = 0, code, now_ns()
         st.oom_killed = oom
         await self.save_or_defer(c)
