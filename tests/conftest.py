@@ -115,7 +115,7 @@ __all__ = ["docker_cli", "http_client", "run_sdk", "sys"]
 
 # -- every test file is collected --------------------------------------------------------------
 # A whole run (no paths given) must collect every tests/**/test_*.py: pytest's default
-# norecursedirs once skipped tests/build and tests/unit/build without a word.
+# norecursedirs once skipped the build tests (then in folders named "build") without a word.
 
 _TESTS = Path(__file__).resolve().parent
 _files_with_items: set[Path] = set()

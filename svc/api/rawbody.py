@@ -8,7 +8,7 @@ it: the upload of 50 MB took twice as long as ``tar -c | tar -x``. So the protoc
 ``RawBody`` instead: h11 parses the head only, the bytes after it are this body's, and once
 the body has more to come than hypercorn already read, hypercorn's read loop waits
 (``feed``) while the consumer reads the socket itself: a trio task with ``__anext__`` (the
-look at the first bytes, ``svc.engine.build.early``), then the unpacking thread through
+look at the first bytes, ``svc.engine.builder.early``), then the unpacking thread through
 ``thread_file`` (``readv`` into its own buffer; the GIL is free while it waits). The HTTP/1.1
 framing (``Content-Length`` or chunked) is decoded here (``Dechunker``).
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from svc.engine.build.context import ContextError
+from svc.engine.builder.context import ContextError
 from svc.engine.streams import PumpAborted
 
 READ = 1 << 20  # bytes asked of the socket at once

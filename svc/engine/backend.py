@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from svc.engine.build.builder import Builder
+from svc.engine.builder.builder import Builder
 from svc.engine.containers.service import ContainerService
 from svc.engine.events import EventBus
 from svc.engine.images.pull import Puller

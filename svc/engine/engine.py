@@ -15,7 +15,7 @@ import trio
 
 from svc.background import keep_running
 from svc.engine import system
-from svc.engine.build.builder import Builder
+from svc.engine.builder.builder import Builder
 from svc.engine.containers.config import LogDefaults
 from svc.engine.containers.container import Container
 from svc.engine.containers.service import ContainerService

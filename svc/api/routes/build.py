@@ -25,7 +25,7 @@ from svc.api.progress import progress_lines
 from svc.api.streaming import respond_chunked
 from svc.api.wiring import Wired
 from svc.engine.backend import BuildBackend
-from svc.engine.build.job import BuildSpec
+from svc.engine.builder.job import BuildSpec
 from svc.errors import InvalidParameter
 from svc.models.containers import HostConfigBody
 from svc.wire import jsondoc

@@ -1,1 +1,0 @@
-"""The builder (``POST /build``): context, steps, cache; the pure parts are ``svc.build``."""
