@@ -28,9 +28,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from svc.errors import InvalidParameter, SystemError_
 from svc.storage.compression import open_decompressed
@@ -219,86 +219,79 @@ def write_layer_from_skeleton(skeleton: BinaryIO, diff_dir: Path, out: BinaryIO,
     if stale_dir is not None and stale_dir.is_dir():
         moved = _stale_payloads(skeleton, diff_dir, stale_dir)
         skeleton.seek(0)
-    read = _reader(skeleton, diff_dir)
-    if read(len(SKELETON_MAGIC)) != SKELETON_MAGIC:
-        raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (unknown format)")
-    sink = _Sink(out)
     seen: dict[bytes, int] = {}
-    while (tag := read(1)) != b"E":
+
+    def source(rel: bytes) -> tuple[Path, bytes]:
+        """Where the payload of this ``F``/``P`` record is: its file, or a stale copy."""
+        if moved:
+            seen[rel] = seen.get(rel, 0) + 1
+            kept = moved.get((rel, seen[rel]))
+            if kept is not None:
+                return kept.parent, os.fsencode(kept.name)
+        return diff_dir, rel
+
+    sink = _Sink(out)
+    for record in _records(skeleton, diff_dir):
+        tag = record[0]
         if tag == b"R":
-            sink.write(read(_U32.unpack(read(4))[0]))
+            sink.write(record[1])
         elif tag == b"F":
-            length, size = _F_HEAD.unpack(read(_F_HEAD.size))
-            rel = read(length)
-            if moved:
-                seen[rel] = seen.get(rel, 0) + 1
-                kept = moved.get((rel, seen[rel]))
-                if kept is not None:
-                    _emit_file(sink, kept.parent, os.fsencode(kept.name), size)
-                    continue
-            _emit_file(sink, diff_dir, rel, size)
+            _emit_file(sink, *source(record[1]), record[2])
         elif tag == b"P":
-            rel, ranges = _read_sparse(read)
-            where, name = diff_dir, rel
-            if moved:
-                seen[rel] = seen.get(rel, 0) + 1
-                kept = moved.get((rel, seen[rel]))
-                if kept is not None:
-                    where, name = kept.parent, os.fsencode(kept.name)
-            _emit_ranges(sink, where, name, ranges)
+            _emit_ranges(sink, *source(record[1]), record[2])
         elif tag == b"S":
-            read(4)
-            rel = read(_U32.unpack(read(4))[0])
             if not moved:  # the first pass found it, unless the stale dir is gone
                 raise SystemError_(f'layer {diff_dir} cannot be exported: the earlier copy '
-                                   f'of "{show(rel)}" is missing')
+                                   f'of "{show(record[2])}" is missing')
         elif tag == b"X":
-            lost = show(read(_U32.unpack(read(4))[0]))
             raise SystemError_(f'layer {diff_dir} cannot be exported: its archive replaced '
-                               f'the file "{lost}" after writing it')
-        else:
-            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
-    total = _U64.unpack(read(8))[0]
-    sink.close()
-    if sink.total != total:
-        raise SystemError_(f"layer {diff_dir}: rebuilt {sink.total} bytes, expected {total}")
+                               f'the file "{show(record[1])}" after writing it')
+        else:  # E
+            sink.close()
+            if sink.total != record[1]:
+                raise SystemError_(f"layer {diff_dir}: rebuilt {sink.total} bytes, expected "
+                                   f"{record[1]}")
 
 
 def _stale_payloads(skeleton: BinaryIO, diff_dir: Path, stale_dir: Path
                     ) -> dict[tuple[bytes, int], Path]:
-    """A first pass over the skeleton: which ``F`` records (path, occurrence from 1) read
-    their payload from ``stale_dir`` (an ``S`` names the latest ``F`` of its path)."""
-    read = _reader(skeleton, diff_dir)
-    read(len(SKELETON_MAGIC))
+    """A first pass over the skeleton: which ``F``/``P`` records (path, occurrence from 1)
+    read their payload from ``stale_dir`` (an ``S`` names the latest of its path)."""
     seen: dict[bytes, int] = {}
     moved: dict[tuple[bytes, int], Path] = {}
-    while (tag := read(1)) != b"E":
-        if tag == b"R":
-            read(_U32.unpack(read(4))[0])
-        elif tag == b"F":
-            length, _ = _F_HEAD.unpack(read(_F_HEAD.size))
-            rel = read(length)
-            seen[rel] = seen.get(rel, 0) + 1
-        elif tag == b"P":
-            rel, _ = _read_sparse(read)
-            seen[rel] = seen.get(rel, 0) + 1
-        elif tag == b"S":
-            n, length = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
-            rel = read(length)
-            if rel in seen:
-                moved[(rel, seen[rel])] = stale_dir / str(n)
-        elif tag == b"X":
-            read(_U32.unpack(read(4))[0])
-        else:
-            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
+    for record in _records(skeleton, diff_dir):
+        if record[0] in (b"F", b"P"):
+            seen[record[1]] = seen.get(record[1], 0) + 1
+        elif record[0] == b"S" and record[2] in seen:
+            moved[(record[2], seen[record[2]])] = stale_dir / str(record[1])
     return moved
 
 
-def _read_sparse(read: Callable[[int], bytes]) -> tuple[bytes, list[tuple[int, int]]]:
-    length, count = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
-    rel = read(length)
-    data = read(count * _RANGE.size)
-    return rel, [_RANGE.unpack_from(data, i * _RANGE.size) for i in range(count)]
+def _records(skeleton: BinaryIO, diff_dir: Path) -> Iterator[tuple[Any, ...]]:
+    """The skeleton's records, decoded: (R, bytes), (F, path, size), (P, path, ranges),
+    (S, n, path), (X, path), then (E, total) last."""
+    read = _reader(skeleton, diff_dir)
+    if read(len(SKELETON_MAGIC)) != SKELETON_MAGIC:
+        raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (unknown format)")
+    while (tag := read(1)) != b"E":
+        if tag == b"R":
+            yield tag, read(_U32.unpack(read(4))[0])
+        elif tag == b"F":
+            length, size = _F_HEAD.unpack(read(_F_HEAD.size))
+            yield tag, read(length), size
+        elif tag == b"P":
+            length, count = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
+            rel = read(length)
+            data = read(count * _RANGE.size)
+            yield tag, rel, [_RANGE.unpack_from(data, i * _RANGE.size) for i in range(count)]
+        elif tag == b"S":
+            n, length = _U32.unpack(read(4))[0], _U32.unpack(read(4))[0]
+            yield tag, n, read(length)
+        elif tag == b"X":
+            yield tag, read(_U32.unpack(read(4))[0])
+        else:
+            raise SystemError_(f"layer {diff_dir}: the skeleton is damaged (record {tag!r})")
+    yield tag, _U64.unpack(read(8))[0]
 
 
 def _emit_ranges(sink: _Sink, where: Path, rel: bytes, ranges: list[tuple[int, int]]) -> None:
