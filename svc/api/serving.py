@@ -35,6 +35,7 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+from hypercorn.utils import repr_socket_addr
 
 log = logging.getLogger("svc.server")
 
@@ -208,8 +209,10 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                     ssl_context, https_compatible=True), False))
             for sock in sockets.insecure_sockets:
                 listeners.append((trio.SocketListener(trio.socket.from_stdlib_socket(sock)), True))
-            binds = [_describe(sock, "https") for sock in sockets.secure_sockets] + \
-                    [_describe(sock, "http") for sock in sockets.insecure_sockets]
+            binds = [f"{scheme}://{repr_socket_addr(sock.family, sock.getsockname())}"
+                     for scheme, socks in (("https", sockets.secure_sockets),
+                                           ("http", sockets.insecure_sockets))
+                     for sock in socks]
             handler = partial(Connection, app, config, context,
                               ConnectionState(lifespan_state.copy()))
             task_status.started(binds)
@@ -227,10 +230,3 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
 
-
-def _describe(sock: socket.socket, scheme: str) -> str:
-    name = sock.getsockname()
-    if sock.family == socket.AF_UNIX:
-        return f"{scheme}+unix://{name}"
-    host, port = name[0], name[1]
-    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

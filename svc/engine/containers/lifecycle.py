@@ -76,12 +76,7 @@ class Lifecycle:
     async def wait_live_exit(self, c: Container, timeout: float | None) -> bool:
         """Wait for the current process to exit; False on timeout."""
         live = c.live
-        if live is None:
-            return True
-        with trio.move_on_after(timeout if timeout is not None else float("inf")):
-            await live.exited.wait()
-            return True
-        return False
+        return True if live is None else await _ended(live, timeout)
 
     async def stop(self, c: Container, timeout: int | None) -> None:
         """The stop signal, then SIGKILL after ``timeout``. The container's lock is held only
