@@ -42,10 +42,17 @@ async def keep_running(name: str, fn: Callable[..., Awaitable[Any]], *args: Any,
                     started = True
                     task_status.started()
             return
-        except Exception:
+        except Exception as exc:
             if not started:
                 raise
-            log.exception("the background task %s failed; starting it again in %.1f s",
-                          name, pause)
+            cause: BaseException = exc
+            while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                cause = cause.exceptions[0]  # the nursery's group of one
+            if isinstance(cause, OSError):  # an ordinary condition (EMFILE, ENOSPC): a line
+                log.error("the background task %s failed: %s; starting it again in %.1f s",
+                          name, cause, pause)
+            else:  # a bug: with its traceback
+                log.exception("the background task %s failed; starting it again in %.1f s",
+                              name, pause)
         await trio.sleep(pause)
         pause = min(pause * 2, MAX_PAUSE)
