@@ -42,9 +42,10 @@ log = logging.getLogger("svc.server")
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 RETRY_SECONDS = 0.1  # while no descriptor can be had even for a refusal
 REPORT_SECONDS = 10.0  # how often a long shortage is reported again
+_REFUSAL_BODY = b"503 Service Unavailable: out of file descriptors\n"
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-           b"Content-Length: 52\r\nConnection: close\r\n\r\n"
-           b"503 Service Unavailable: out of file descriptors\n\n\n")
+           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_REFUSAL_BODY)
+           + _REFUSAL_BODY)
 
 
 class _Count:
