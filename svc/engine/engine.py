@@ -137,7 +137,7 @@ class Engine:
 
     async def _forget_partial_blobs(self, image: Image) -> None:
         """A removed image's layers need no half-downloaded blobs any more."""
-        diff_ids = image.config.get("rootfs", {}).get("diff_ids") or []
+        diff_ids = image.config.diff_ids
         blobs = {b for d in diff_ids for b, _ in self.distribution.lookup(str(d))}
         await self.downloads.forget(sorted(blobs))
 

@@ -19,7 +19,6 @@ from svc.api.streaming import respond_chunked, respond_sized_from_thread
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ImagesBackend
-from svc.engine.images.config import normalize_container_config
 from svc.engine.images.importer import ImportSpec, check_spec, import_image, sniff_archive
 from svc.engine.images.load import load_images
 from svc.engine.images.remove import remove_image
@@ -27,6 +26,7 @@ from svc.engine.images.save import plan_save, save_size, write_save
 from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
 from svc.engine.streams import ThreadWriter
 from svc.errors import InvalidParameter, NotFound, unwrap
+from svc.models.imageconfig import RunConfig
 from svc.models.images import GraphDriver, HistoryEntry, ImageInspect, ImageSummary, RootFS
 from svc.models.images import ProgressMessage as Msg
 from svc.wire.authconfig import decode_auth_header
@@ -55,7 +55,7 @@ def summary(svc: ImageService, img: Image, version: Version,
     body = ImageSummary(
         Id=img.id, ParentId=img.parent or "", RepoTags=tags or [NONE_TAG],
         RepoDigests=svc.repo_digests(img.id) or [NONE_DIGEST], Created=img.created_ns // 10**9,
-        Size=img.size, VirtualSize=img.size, Labels=img.container_config.get("Labels"),
+        Size=img.size, VirtualSize=img.size, Labels=img.config.run.Labels,
     ).model_dump()
     if version < (1, 17):
         body.pop("Labels")
@@ -79,15 +79,12 @@ async def inspect(name: str) -> Response:
     cfg = img.config
     body = ImageInspect(
         Id=img.id, RepoTags=svc.repo_tags(img.id), RepoDigests=svc.repo_digests(img.id),
-        Parent=img.parent or "", Comment=str(cfg.get("comment") or ""),
-        Created=str(cfg.get("created") or ""), Container=str(cfg.get("container") or ""),
-        ContainerConfig=_container_config(cfg.get("container_config")),
-        DockerVersion=str(cfg.get("docker_version") or ""), Author=str(cfg.get("author") or ""),
-        Config=_container_config(cfg.get("config")),
-        Architecture=str(cfg.get("architecture") or ""), Os=str(cfg.get("os") or ""),
-        Size=img.size, VirtualSize=img.size,
+        Parent=img.parent or "", Comment=cfg.comment, Created=cfg.created,
+        Container=cfg.container, ContainerConfig=_shown(cfg.container_config),
+        DockerVersion=cfg.docker_version, Author=cfg.author, Config=_shown(cfg.config),
+        Architecture=cfg.architecture, Os=cfg.os, Size=img.size, VirtualSize=img.size,
         GraphDriver=GraphDriver(Name="overlay2", Data=svc.graph_data(img)),
-        RootFS=RootFS(Type="layers", Layers=list(cfg["rootfs"]["diff_ids"])),
+        RootFS=RootFS(Type="layers", Layers=cfg.diff_ids),
     ).model_dump()
     if api_version() < (1, 21):
         body.pop("RepoTags")
@@ -95,8 +92,9 @@ async def inspect(name: str) -> Response:
     return json_response(body)
 
 
-def _container_config(raw: object) -> dict[str, Any]:
-    return normalize_container_config(raw if isinstance(raw, dict) else None)
+def _shown(config: RunConfig | None) -> dict[str, Any]:
+    """A configuration as inspect shows it: an image without one shows an empty one."""
+    return (config or RunConfig()).doc()
 
 
 @bp.get("/images/<path:name>/history")

@@ -15,14 +15,13 @@ a running command) when the build is cancelled.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 from urllib.parse import urlparse
 
 import trio
@@ -37,6 +36,7 @@ from svc.engine.images.service import Image
 from svc.engine.streams import ThreadWriter
 from svc.errors import SvcError
 from svc.models.containers import CreateBody
+from svc.models.imageconfig import RunConfig
 from svc.storage.layers import StagedLayer
 from svc.storage.securejoin import secure_join
 from svc.svcfile.parser import Instruction
@@ -52,15 +52,15 @@ async def _create(job: Job, image: Image, cmd: list[str], env: list[str],
     cfg = job.config
     body = CreateBody.model_validate({
         "Image": image.id, "Cmd": cmd, "Entrypoint": [], "Env": env,
-        "User": cfg.get("User") or "", "WorkingDir": cfg.get("WorkingDir") or "",
+        "User": cfg.User, "WorkingDir": cfg.WorkingDir,
         "HostConfig": job.spec.host_config.model_dump(by_alias=True)})
     c = await job.containers.create(body, None, lowers=lowers)
     job.temp.append(c)
     return c
 
 
-async def _commit(job: Job, c: Container, probe: dict[str, Any]) -> None:
-    config = {**job.config, "Image": probe["Image"]}
+async def _commit(job: Job, c: Container, probe: RunConfig) -> None:
+    config = job.config.model_copy(update={"Image": probe.Image}, deep=True)
 
     def make(image: Image, diff_id: str) -> bytes:
         return imaging.step_config(image, config, probe, author=job.author,
@@ -81,9 +81,9 @@ async def run_step(job: Job, cmd: list[str]) -> None:
     image = pending.parent if pending is not None else job.require_image("RUN")
     build_env = job.run_env()
     saved = [f"|{len(build_env)}", *build_env, *cmd] if build_env else cmd
-    if pending is None and await job.probe({**job.config, "Cmd": saved, "Image": image.id}):
+    if pending is None and await job.probe(imaging.probe(job.config, saved, image.id)):
         return
-    c = await _create(job, image, cmd, [*(job.config.get("Env") or []), *build_env],
+    c = await _create(job, image, cmd, [*(job.config.Env or []), *build_env],
                       lowers=(pending.lower_dir,) if pending is not None else ())
     await job.out.line(f" ---> Running in {c.short_id}")
     try:
@@ -99,7 +99,7 @@ async def run_step(job: Job, cmd: list[str]) -> None:
     if code != 0:
         raise StepFailed(f"The command '{' '.join(cmd)}' returned a non-zero code: {code}",
                          code)
-    await _commit(job, c, {**job.config, "Cmd": saved, "Image": image.id})
+    await _commit(job, c, imaging.probe(job.config, saved, image.id))
 
 
 async def _run_streaming(job: Job, c: Container, pending: Pending | None) -> int:
@@ -192,7 +192,7 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     image = job.require_image(cmd)
     await job.arrived.wait()
     srcs, dest = args[:-1], args[-1]
-    dest_abs = destination(dest, str(job.config.get("WorkingDir") or "/"))
+    dest_abs = destination(dest, job.config.WorkingDir or "/")
     found, downloaded = await _gather(job, cmd, srcs, dest)
     if len(found) > 1 and not dest.endswith("/"):
         raise StepFailed(f"When using {cmd} with more than one source file, the destination "
@@ -211,10 +211,10 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
     owed = _OwedKey(found, name) if job.cache_busted and job.spec.rm and not archives \
         else None
     key = " ".join(srcs) if owed is not None else sources.combined_key(await _keys(job, found))
-    probe = {**job.config, "Cmd": name(key), "Image": image.id}
+    probe = imaging.probe(job.config, name(key), image.id)
     if await job.probe(probe):
         return
-    c = await _create(job, image, probe["Cmd"], list(job.config.get("Env") or []))
+    c = await _create(job, image, probe.Cmd or [], list(job.config.Env or []))
     plain = [s for s in found if s not in archives]
     if not archives:
         await _copy_in_place(job, c, cmd, plain, dest_abs, owner, probe, owed)
@@ -233,7 +233,7 @@ async def copy_step(job: Job, inst: Instruction, args: list[str]) -> None:
 
 async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.Source],
                          dest_abs: str, owner: tuple[int, int] | None,
-                         probe: dict[str, Any], owed: _OwedKey | None) -> None:
+                         probe: RunConfig, owed: _OwedKey | None) -> None:
     """The step's layer laid out directly in the layer store (``copylayer``), the image's
     root (``c``'s, never started) mounted read-only for the look-ups of where things go.
     ``owed``: the sources' key is computed with the image."""
@@ -249,7 +249,7 @@ async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.S
                 placement.place(host, name)
 
         parent = job.require_image(cmd)
-        config = copy.deepcopy({**job.config, "Image": probe["Image"]})
+        config = job.config.model_copy(update={"Image": probe.Image}, deep=True)
         try:
             staged = await trio.to_thread.run_sync(store.stage_tree, fill)
         except OSError as exc:
@@ -259,7 +259,7 @@ async def _copy_in_place(job: Job, c: Container, cmd: str, plain: list[sources.S
 
 
 async def _commit_staged(job: Job, cmd: str, container_id: str, staged: StagedLayer,
-                         config: dict[str, Any], probe: dict[str, Any], author: str,
+                         config: RunConfig, probe: RunConfig, author: str,
                          owed: _OwedKey | None, pending: Pending) -> Image:
     """The staged layer described (its diff id: one read of its files), put into the store
     on top of ``pending.parent``, and the step's image made of it, named by its sources'
@@ -273,7 +273,7 @@ async def _commit_staged(job: Job, cmd: str, container_id: str, staged: StagedLa
             key = sources.combined_key(await _keys(job, owed.found))
         except OSError as exc:
             raise StepFailed(f"{cmd} failed: {exc}") from None
-        probe = {**probe, "Cmd": owed.name(key)}
+        probe = probe.model_copy(update={"Cmd": owed.name(key)})
     try:
         await trio.to_thread.run_sync(store.describe, staged)
     except OSError as exc:

@@ -12,13 +12,10 @@ does the cache.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import json
-from typing import Any
 
-from svc.engine.images.config import encode_config, normalize_container_config
 from svc.engine.images.service import Image, ImageService
+from svc.models.imageconfig import HistoryItem, ImageConfig, RootFSConfig, RunConfig
 from svc.version import SVC_VERSION
 from svc.wire.timefmt import rfc3339_nano
 
@@ -30,63 +27,51 @@ def nop(text: str) -> list[str]:
     return [*SHELL, f"#(nop) {text}"]
 
 
-def base_config(image: Image | None) -> dict[str, Any]:
+def base_config(image: Image | None) -> RunConfig:
     """The run configuration a FROM starts from (a copy: steps change it)."""
-    cfg = normalize_container_config(image.container_config if image else None)
-    return copy.deepcopy(cfg)
+    return image.config.run.model_copy(deep=True) if image else RunConfig()
 
 
-def comparable(cfg: dict[str, Any]) -> str:
-    """A canonical form of a container configuration for cache equality: empty values are
-    one value (``null``, ``[]``, ``{}`` and ``""`` compare equal, as engines' compare did)."""
-    norm = {k: v for k, v in normalize_container_config(cfg).items()
-            if v not in (None, "", [], {}, False)}
-    return json.dumps(norm, sort_keys=True)
+def probe(config: RunConfig, cmd: list[str], image_id: str) -> RunConfig:
+    """What records a step: the run configuration with the step's ``Cmd`` and its parent."""
+    return config.model_copy(update={"Cmd": cmd, "Image": image_id}, deep=True)
 
 
-def find_cached(images: ImageService, parent: Image, probe: dict[str, Any]) -> Image | None:
+def find_cached(images: ImageService, parent: Image, probe: RunConfig) -> Image | None:
     """The newest image made from ``parent`` by a step whose configuration equals
     ``probe``; None on a miss."""
-    want = comparable(probe)
+    want = probe.comparable()
     hits = [img for img in images.children(parent.id)
-            if isinstance(img.config.get("container_config"), dict)
-            and comparable(img.config["container_config"]) == want]
+            if img.config.container_config is not None
+            and img.config.container_config.comparable() == want]
     return max(hits, key=lambda i: i.loaded_ns) if hits else None
 
 
 def scratch_config() -> bytes:
     """The config of the empty base every ``FROM scratch`` build starts from (fixed bytes:
     one image, whatever the build, so that scratch builds share their cache)."""
-    doc = {"architecture": "amd64", "config": normalize_container_config(None),
-           "container_config": normalize_container_config(None), "created": SCRATCH_CREATED,
-           "docker_version": f"svc-{SVC_VERSION}", "history": [], "os": "linux",
-           "rootfs": {"type": "layers", "diff_ids": []}}
-    return encode_config(doc)
+    return ImageConfig(architecture="amd64", config=RunConfig(), container_config=RunConfig(),
+                       created=SCRATCH_CREATED, docker_version=f"svc-{SVC_VERSION}",
+                       history=[], os="linux",
+                       rootfs=RootFSConfig(type="layers", diff_ids=[])).encode()
 
 
-def step_config(parent: Image, config: dict[str, Any], container_config: dict[str, Any], *,
+def step_config(parent: Image, config: RunConfig, container_config: RunConfig, *,
                 author: str, created_ns: int, diff_id: str | None,
                 container_id: str = "") -> bytes:
     """The config of a step's image: ``parent``'s history and layers, plus ``diff_id`` if
     the step made a layer (else the history entry says ``empty_layer``)."""
     created = rfc3339_nano(created_ns)
-    cmd = container_config.get("Cmd") or []
-    entry: dict[str, Any] = {"created": created, "created_by": " ".join(cmd)}
-    if author:
-        entry["author"] = author
-    if diff_id is None:
-        entry["empty_layer"] = True
-    history = [*(parent.config.get("history") or []), entry]
-    diff_ids = list((parent.config.get("rootfs") or {}).get("diff_ids") or [])
-    if diff_id is not None:
-        diff_ids.append(diff_id)
-    doc = {"architecture": parent.config.get("architecture") or "amd64", "author": author,
-           "config": normalize_container_config(config), "container": container_id,
-           "container_config": normalize_container_config(container_config),
-           "created": created, "docker_version": f"svc-{SVC_VERSION}", "history": history,
-           "os": parent.config.get("os") or "linux",
-           "rootfs": {"type": "layers", "diff_ids": diff_ids}}
-    return encode_config(doc)
+    entry = HistoryItem(created=created, author=author,
+                        created_by=" ".join(container_config.Cmd or []),
+                        empty_layer=diff_id is None)
+    base = parent.config
+    diff_ids = base.diff_ids if diff_id is None else [*base.diff_ids, diff_id]
+    return ImageConfig(
+        architecture=base.architecture or "amd64", author=author, config=config,
+        container=container_id, container_config=container_config, created=created,
+        docker_version=f"svc-{SVC_VERSION}", history=[*base.entries, entry],
+        os=base.os or "linux", rootfs=RootFSConfig(type="layers", diff_ids=diff_ids)).encode()
 
 
 def config_id(config_bytes: bytes) -> str:

@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
@@ -32,6 +31,7 @@ from svc.engine.images.pull import Puller
 from svc.engine.images.service import Image, ImageService
 from svc.errors import SvcError
 from svc.models.containers import HostConfigBody
+from svc.models.imageconfig import RunConfig
 from svc.storage.layers import StagedLayer
 from svc.wire.authconfig import AuthConfig
 from svc.wire.reference import Reference
@@ -97,7 +97,7 @@ class Job:
         self.puller = puller
         self.image: Image | None = None
         self.scratch = False  # the current image is the empty scratch base
-        self.config: dict[str, Any] = imaging.base_config(None)
+        self.config: RunConfig = imaging.base_config(None)
         self.author = ""
         self.cmd_set = False
         self.escape = "\\"
@@ -123,14 +123,14 @@ class Job:
 
     def expansion_env(self) -> list[str]:
         """What ``$VAR`` sees: the configuration's Env first (ENV wins), then build args."""
-        env = list(self.config.get("Env") or [])
+        env = list(self.config.Env or [])
         env += [f"{k}={v}" for k, v in self.buildargs.items()
                 if v is not None and self.arg_allowed(k)]
         return env
 
     def run_env(self) -> list[str]:
         """Build args a RUN sees beside the configuration's Env (sorted, as the cache key)."""
-        defined = {e.partition("=")[0] for e in self.config.get("Env") or []}
+        defined = {e.partition("=")[0] for e in self.config.Env or []}
         return sorted(f"{k}={v}" for k, v in self.buildargs.items()
                       if v is not None and self.arg_allowed(k) and k not in defined)
 
@@ -144,7 +144,7 @@ class Job:
             raise StepFailed(f"Please provide a source image with `from` prior to {what}")
         return self.image
 
-    async def probe(self, probe: dict[str, Any]) -> bool:
+    async def probe(self, probe: RunConfig) -> bool:
         """Take a cached image for this step if there is one (and the cache is in use)."""
         if self.cache_busted:
             return False
@@ -161,10 +161,10 @@ class Job:
     async def commit_metadata(self, text: str) -> None:
         """A step that only changes the configuration: an image without a new layer."""
         parent = self.require_image(text.split(" ", 1)[0])
-        probe = {**self.config, "Cmd": imaging.nop(text), "Image": parent.id}
+        probe = imaging.probe(self.config, imaging.nop(text), parent.id)
         if await self.probe(probe):
             return
-        config = {**self.config, "Image": parent.id}
+        config = self.config.model_copy(update={"Image": parent.id}, deep=True)
         doc = imaging.step_config(parent, config, probe, author=self.author,
                                   created_ns=time.time_ns(), diff_id=None)
         async with self.images.lock:

@@ -92,10 +92,10 @@ async def _from(job: Job, inst: Instruction, args: list[str]) -> None:
     else:
         job.image, job.scratch = await base_image(job, name), False
     job.config = imaging.base_config(job.image)
-    job.config["Image"] = job.image.id
+    job.config.Image = job.image.id
     job.cmd_set = False
-    triggers = list(job.config.get("OnBuild") or [])
-    job.config["OnBuild"] = []
+    triggers = list(job.config.OnBuild or [])
+    job.config.OnBuild = []
     if triggers:
         word = "trigger" if len(triggers) == 1 else "triggers"
         await job.out.stderr(f"# Executing {len(triggers)} build {word}...\n")
@@ -122,7 +122,7 @@ def _pairs(args: list[str], what: str) -> list[tuple[str, str]]:
 
 
 async def _env(job: Job, inst: Instruction, args: list[str]) -> None:
-    env = list(job.config.get("Env") or [])
+    env = list(job.config.Env or [])
     text = "ENV"
     for key, value in _pairs(args, "ENV"):
         if not key:
@@ -130,7 +130,7 @@ async def _env(job: Job, inst: Instruction, args: list[str]) -> None:
         entry = f"{key}={value}"
         text += " " + entry
         env = _set_env(env, key, entry)
-    job.config["Env"] = env
+    job.config.Env = env
     await job.commit_metadata(text)
 
 
@@ -143,14 +143,14 @@ def _set_env(env: list[str], key: str, entry: str) -> list[str]:
 
 
 async def _label(job: Job, inst: Instruction, args: list[str]) -> None:
-    labels = dict(job.config.get("Labels") or {})
+    labels = dict(job.config.Labels or {})
     text = "LABEL"
     for key, value in _pairs(args, "LABEL"):
         if not key:
             raise StepFailed("LABEL names must not be empty")
         labels[key] = value
         text += f" {key}={value}"
-    job.config["Labels"] = labels
+    job.config.Labels = labels
     await job.commit_metadata(text)
 
 
@@ -160,27 +160,27 @@ def _command(inst: Instruction, args: list[str]) -> list[str]:
 
 async def _cmd(job: Job, inst: Instruction, args: list[str]) -> None:
     cmd = _command(inst, args)
-    job.config["Cmd"] = cmd
+    job.config.Cmd = cmd
     job.cmd_set = bool(args)
     await job.commit_metadata(f"CMD {_go_list(cmd)}")
 
 
 async def _entrypoint(job: Job, inst: Instruction, args: list[str]) -> None:
     if inst.json:
-        job.config["Entrypoint"] = list(args)
+        job.config.Entrypoint = list(args)
     elif not args or not args[0]:
-        job.config["Entrypoint"] = None
+        job.config.Entrypoint = None
     else:
-        job.config["Entrypoint"] = [*imaging.SHELL, args[0]]
+        job.config.Entrypoint = [*imaging.SHELL, args[0]]
     if not job.cmd_set:
-        job.config["Cmd"] = None
-    await job.commit_metadata(f"ENTRYPOINT {_go_list(job.config['Entrypoint'] or [])}")
+        job.config.Cmd = None
+    await job.commit_metadata(f"ENTRYPOINT {_go_list(job.config.Entrypoint or [])}")
 
 
 async def _expose(job: Job, inst: Instruction, args: list[str]) -> None:
     if not args:
         raise StepFailed("EXPOSE requires at least one argument")
-    ports = dict(job.config.get("ExposedPorts") or {})
+    ports = dict(job.config.ExposedPorts or {})
     new: list[str] = []
     for spec in args:
         port, _, proto = spec.partition("/")
@@ -197,35 +197,35 @@ async def _expose(job: Job, inst: Instruction, args: list[str]) -> None:
             new.append(f"{number}/{kind}")
     for key in new:
         ports[key] = {}
-    job.config["ExposedPorts"] = ports
+    job.config.ExposedPorts = ports
     await job.commit_metadata("EXPOSE " + " ".join(sorted(set(new))))
 
 
 async def _volume(job: Job, inst: Instruction, args: list[str]) -> None:
     if not args:
         raise StepFailed("VOLUME requires at least one argument")
-    volumes = dict(job.config.get("Volumes") or {})
+    volumes = dict(job.config.Volumes or {})
     for v in args:
         if not v.strip():
             raise StepFailed("Volume specified can not be an empty string")
         volumes[v.strip()] = {}
-    job.config["Volumes"] = volumes
+    job.config.Volumes = volumes
     await job.commit_metadata(f"VOLUME [{' '.join(args)}]")
 
 
 async def _user(job: Job, inst: Instruction, args: list[str]) -> None:
     if len(args) != 1:
         raise StepFailed("USER requires exactly one argument")
-    job.config["User"] = args[0]
+    job.config.User = args[0]
     await job.commit_metadata(f"USER {args[0]}")
 
 
 async def _workdir(job: Job, inst: Instruction, args: list[str]) -> None:
     if len(args) != 1 or not args[0]:
         raise StepFailed("WORKDIR requires exactly one argument")
-    current = str(job.config.get("WorkingDir") or "/")
-    job.config["WorkingDir"] = ctr.destination(args[0], current).rstrip("/") or "/"
-    await job.commit_metadata(f"WORKDIR {job.config['WorkingDir']}")
+    current = str(job.config.WorkingDir or "/")
+    job.config.WorkingDir = ctr.destination(args[0], current).rstrip("/") or "/"
+    await job.commit_metadata(f"WORKDIR {job.config.WorkingDir}")
 
 
 async def _stopsignal(job: Job, inst: Instruction, args: list[str]) -> None:
@@ -235,7 +235,7 @@ async def _stopsignal(job: Job, inst: Instruction, args: list[str]) -> None:
         signal_number(args[0])
     except ValueError:
         raise StepFailed(f"Invalid signal: {args[0]}") from None
-    job.config["StopSignal"] = args[0]
+    job.config.StopSignal = args[0]
     await job.commit_metadata(f"STOPSIGNAL {args[0]}")
 
 
@@ -259,7 +259,7 @@ async def _onbuild(job: Job, inst: Instruction, args: list[str]) -> None:
             else f"{inst.sub.cmd.upper()} as an ONBUILD trigger"
         raise StepFailed(f"{what} isn't allowed")
     trigger = _ONBUILD_PREFIX.sub("", inst.original, count=1).strip()
-    job.config["OnBuild"] = [*(job.config.get("OnBuild") or []), trigger]
+    job.config.OnBuild = [*(job.config.OnBuild or []), trigger]
     await job.commit_metadata(f"ONBUILD {trigger}")
 
 

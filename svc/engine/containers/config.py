@@ -12,12 +12,12 @@ import os
 import re
 import signal
 from dataclasses import dataclass
-from typing import Any
 
 from svc.engine.containers import security_opts
 from svc.engine.networks.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
 from svc.models.containers import ContainerConfig, CreateBody, HostConfigBody
+from svc.models.imageconfig import RunConfig
 from svc.runtime.cgroups import Knobs
 from svc.runtime.process import signal_number
 from svc.storage.jsonlog.options import parse_log_opts
@@ -58,30 +58,29 @@ def _merge_env(image_env: list[str], user_env: list[str]) -> list[str]:
     return list(order.values())
 
 
-def merge_config(body: CreateBody, image_config: dict[str, Any],
+def merge_config(body: CreateBody, img: RunConfig,
                  container_id: str) -> tuple[ContainerConfig, str, list[str]]:
     """The container's Config (image defaults filled in) and its Path and Args."""
     cfg = ContainerConfig.model_validate(body.model_dump(exclude={"HostConfig",
                                                                    "NetworkingConfig"}))
-    img = image_config or {}
     for env in cfg.Env or []:
         if not env.split("=", 1)[0]:
             raise InvalidParameter(f"invalid environment variable: {env!r}")
-    cfg.Env = _merge_env(list(img.get("Env") or []), list(cfg.Env or []))
+    cfg.Env = _merge_env(list(img.Env or []), list(cfg.Env or []))
     if not cfg.Entrypoint:
         if not cfg.Cmd:
-            cfg.Cmd = img.get("Cmd")
+            cfg.Cmd = img.Cmd
         if cfg.Entrypoint is None:
-            cfg.Entrypoint = img.get("Entrypoint")
-    cfg.User = cfg.User or str(img.get("User") or "")
-    cfg.WorkingDir = cfg.WorkingDir or str(img.get("WorkingDir") or "")
-    cfg.StopSignal = cfg.StopSignal or str(img.get("StopSignal") or "")
+            cfg.Entrypoint = img.Entrypoint
+    cfg.User = cfg.User or img.User
+    cfg.WorkingDir = cfg.WorkingDir or img.WorkingDir
+    cfg.StopSignal = cfg.StopSignal or img.StopSignal
     for spec in cfg.ExposedPorts or {}:
         parse_port(spec)  # 400 now, never a list that cannot be shown later
-    image_ports = {k: v for k, v in (img.get("ExposedPorts") or {}).items() if valid_port(k)}
+    image_ports = {k: v for k, v in (img.ExposedPorts or {}).items() if valid_port(k)}
     cfg.ExposedPorts = {**image_ports, **(cfg.ExposedPorts or {})} or None
-    cfg.Volumes = {**(img.get("Volumes") or {}), **(cfg.Volumes or {})} or None
-    cfg.Labels = {**(img.get("Labels") or {}), **(cfg.Labels or {})}
+    cfg.Volumes = {**(img.Volumes or {}), **(cfg.Volumes or {})} or None
+    cfg.Labels = {**(img.Labels or {}), **(cfg.Labels or {})}
     if not cfg.Hostname:
         cfg.Hostname = container_id[:12]
     if cfg.WorkingDir and not cfg.WorkingDir.startswith("/"):

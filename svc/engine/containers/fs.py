@@ -232,7 +232,7 @@ class ContainerFS:
         try:
             config = make_config(image, layer.diff_id) if make_config else \
                 imageconfig.commit_config(
-                    image.config, c.config.model_dump(), container_id=c.id,
+                    image.config, c.config, container_id=c.id,
                     diff_id=layer.diff_id, created_ns=time.time_ns(), comment=comment,
                     author=author, changes=changes, overrides=repo_config, empty_layer=False)
             async with self.images.lock:

@@ -180,7 +180,7 @@ class ContainerService:
             net_config[primary] = net_config.get(primary, EndpointPlan()).with_links(hc.Links)
             hc = hc.model_copy(update={"Links": None})
         cid = new_id()
-        config, path, args = merge_config(body, image.container_config, cid)
+        config, path, args = merge_config(body, image.config.run, cid)
         hc = fill_host_defaults(hc)
         port_bindings(hc, config)  # 400s before anything is made
         async with self.registry.names_lock:

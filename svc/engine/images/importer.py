@@ -22,6 +22,7 @@ from svc.engine.images import config as imageconfig
 from svc.engine.images.service import Image, ImageService
 from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
+from svc.models.imageconfig import RunConfig
 from svc.storage.layers import StagedLayer
 from svc.wire.reference import Reference
 
@@ -38,7 +39,7 @@ class ImportSpec:
 
 def check_spec(spec: ImportSpec) -> None:
     """Everything that can be refused before the stream starts."""
-    imageconfig.apply_changes(imageconfig.empty_container_config(), spec.changes)
+    imageconfig.apply_changes(RunConfig(), spec.changes)
     if spec.ref is not None and spec.ref.digest is not None:
         raise InvalidParameter("cannot import to a digest reference: use repo and tag")
     if spec.src != "-" and not spec.src.startswith(("http://", "https://")):

@@ -25,6 +25,7 @@ from svc.engine.images import config as imageconfig
 from svc.engine.images.service import Image, ImageService
 from svc.engine.streams import PrefetchReader, prefetching
 from svc.errors import InvalidParameter
+from svc.models.imageconfig import ImageConfig
 from svc.storage.compression import open_decompressed
 from svc.storage.layers import LayerStore, StagedLayer
 from svc.storage.outertar import OuterTar
@@ -124,7 +125,7 @@ def plan_manifest(arc: Archive) -> list[PlannedImage]:
         config = arc.files.get(_clean(entry["Config"]))
         if config is None:
             raise InvalidParameter(f"invalid image archive: {entry['Config']} is missing")
-        diff_ids = imageconfig.diff_ids_of(_parse_config(config))
+        diff_ids = _parse_config(config).check_rootfs()
         layers = entry.get("Layers") or []
         tags = entry.get("RepoTags") or []
         if not isinstance(layers, list) or not all(isinstance(p, str) for p in layers) \
@@ -196,15 +197,11 @@ def _lineage(layer_id: str, parents: dict[str, str | None]) -> list[str]:
     return list(reversed(out))
 
 
-def _parse_config(config: bytes) -> dict[str, Any]:
+def _parse_config(config: bytes) -> ImageConfig:
     try:
-        doc = json.loads(config)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidParameter(f"invalid image archive: an image config is not JSON ({exc})") \
-            from None
-    if not isinstance(doc, dict):
-        raise InvalidParameter("invalid image archive: an image config is not an object")
-    return doc
+        return ImageConfig.parse(config)
+    except InvalidParameter as exc:
+        raise InvalidParameter(f"invalid image archive: {exc}") from None
 
 
 def _tag_ref(name: str) -> reference.Reference:

@@ -27,7 +27,6 @@ its names or absent.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 from dataclasses import dataclass, replace
 
@@ -39,6 +38,7 @@ from svc.engine.images.pulllayers import LayerPlan, LayerPuller
 from svc.engine.images.service import Image, ImageService
 from svc.errors import InvalidParameter, NotFound, unwrap
 from svc.errors import Unauthorized as AuthRefused
+from svc.models.imageconfig import ImageConfig
 from svc.registry import blobs, digests, manifests, schema1
 from svc.registry.client import RegistryClient
 from svc.registry.errors import (
@@ -322,13 +322,12 @@ async def _image_manifest(client: RegistryClient, path: str, top: Manifest) -> M
 def _plans(doc: ImageManifest, config: bytes) -> list[LayerPlan]:
     """The layers of a schema 2 / OCI manifest, each with the diffID its config names."""
     try:
-        parsed = json.loads(config)
-        diff_ids = parsed["rootfs"]["diff_ids"]
-        if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
-            raise TypeError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise InvalidManifest(f"image config {doc.config.digest} has no rootfs diff_ids") \
-            from None
+        parsed = ImageConfig.parse(config)
+    except InvalidParameter as exc:
+        raise InvalidManifest(f"image config {doc.config.digest}: {exc}") from None
+    if parsed.rootfs is None or not parsed.rootfs.diff_ids:
+        raise InvalidManifest(f"image config {doc.config.digest} has no rootfs diff_ids")
+    diff_ids = parsed.diff_ids
     if len(diff_ids) != len(doc.layers):
         raise InvalidManifest(f"image config {doc.config.digest} names {len(diff_ids)} "
                               f"layers, the manifest {len(doc.layers)}")

@@ -143,7 +143,7 @@ class _TagPush:
         self.repo = repo
         self.image = image
         self.send = send
-        self.diff_ids: list[str] = list(image.config["rootfs"]["diff_ids"])
+        self.diff_ids: list[str] = image.config.diff_ids
         self.limiter = trio.CapacityLimiter(CONCURRENCY)
         self.blobs: dict[str, Blob] = {}
 

@@ -20,8 +20,10 @@ from typing import Any, BinaryIO
 
 import trio
 
+from svc.engine.images.config import LEGACY_KEYS
 from svc.engine.images.service import Image, ImageService
 from svc.errors import InvalidParameter
+from svc.models.imageconfig import HistoryItem
 from svc.storage.layers import LayerStore
 
 BLOCK = 512
@@ -67,17 +69,15 @@ def v1_json(image: Image, index: int, ids: list[str]) -> bytes:
     doc: dict[str, Any] = {"id": ids[index]}
     if index:
         doc["parent"] = ids[index - 1]
-    history = [h for h in image.config.get("history") or [] if not h.get("empty_layer")]
-    h = history[index] if index < len(history) else {}
+    history = [h for h in image.config.entries if not h.empty_layer]
+    h = history[index] if index < len(history) else HistoryItem()
     if index == len(ids) - 1:
-        for key in ("architecture", "author", "comment", "config", "container",
-                    "container_config", "created", "docker_version", "os"):
-            if key in image.config:
-                doc[key] = image.config[key]
+        config = image.config.doc()
+        doc.update((k, config[k]) for k in LEGACY_KEYS if k in config)
     else:
-        doc["created"] = h.get("created") or image.config.get("created")
-        if h.get("created_by"):
-            doc["container_config"] = {"Cmd": [h["created_by"]]}
+        doc["created"] = h.created or image.config.created
+        if h.created_by:
+            doc["container_config"] = {"Cmd": [h.created_by]}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import logging
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ import trio
 
 from svc.engine.events import EventBus
 from svc.errors import Conflict, InvalidParameter, NotFound
+from svc.models.imageconfig import HistoryItem, ImageConfig, parse_lenient
 from svc.storage.imagestore import ConfigStore
 from svc.storage.layers import LayerInfo, LayerStore, StagedLayer
 from svc.storage.refs import RefStore
@@ -49,7 +49,7 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
 @dataclass
 class Image:
     id: str
-    config: dict[str, Any]
+    config: ImageConfig
     parent: str | None
     chain: list[str]
     size: int
@@ -62,14 +62,9 @@ class Image:
     @property
     def created_ns(self) -> int:
         try:
-            return parse_timestamp_ns(str(self.config.get("created") or "0"))
+            return parse_timestamp_ns(self.config.created or "0")
         except ValueError:
             return 0
-
-    @property
-    def container_config(self) -> dict[str, Any]:
-        cfg = self.config.get("config")
-        return cfg if isinstance(cfg, dict) else {}
 
     def record(self) -> dict[str, Any]:
         return {"parent": self.parent, "chain": self.chain, "size": self.size,
@@ -113,7 +108,10 @@ class ImageService:
             try:
                 if raw is None:
                     raise ValueError("its config is missing")
-                config = json.loads(raw)
+                config, dropped = parse_lenient(raw)
+                if dropped:
+                    log.warning("image %s: config fields of unknown types left out: %s",
+                                image_id, ", ".join(dropped))
                 chain = [str(c) for c in rec["chain"]]
                 missing = [c for c in chain if self.layers.get(c) is None]
                 if missing:
@@ -228,7 +226,7 @@ class ImageService:
                 continue
             elif not all_images and not tags and has_children:
                 continue  # an intermediate image
-            if not _labels_match(filters.get("label", []), img.container_config.get("Labels")):
+            if not _labels_match(filters.get("label", []), img.config.run.Labels):
                 continue
             if name_pattern and not any(name_matches(name_pattern, t) for t in tags):
                 continue
@@ -248,26 +246,25 @@ class ImageService:
 
     def history(self, image: Image) -> list[dict[str, Any]]:
         """Newest first; entries of images in the parent chain carry their id and tags."""
-        hist = [h for h in image.config.get("history") or [] if isinstance(h, dict)]
+        hist = image.config.entries
         sizes = self.layer_sizes(image)
         if not hist:
-            hist = [{"created": image.config.get("created")} for _ in image.chain]
+            hist = [HistoryItem(created=image.config.created) for _ in image.chain]
         entries, layer = [], 0
         for h in hist:
-            empty = bool(h.get("empty_layer"))
-            size = 0 if empty or layer >= len(sizes) else sizes[layer]
-            layer += 0 if empty else 1
+            size = 0 if h.empty_layer or layer >= len(sizes) else sizes[layer]
+            layer += 0 if h.empty_layer else 1
             try:
-                created = parse_timestamp_ns(str(h.get("created") or "0")) // 10**9
+                created = parse_timestamp_ns(h.created or "0") // 10**9
             except ValueError:
                 created = 0
             entries.append({"Id": "<missing>", "Created": created,
-                            "CreatedBy": str(h.get("created_by") or ""), "Tags": None,
-                            "Size": size, "Comment": str(h.get("comment") or "")})
+                            "CreatedBy": h.created_by, "Tags": None,
+                            "Size": size, "Comment": h.comment})
         entries.reverse()
         img: Image | None = image
         while img is not None:
-            n = len(img.config.get("history") or []) or len(img.chain)
+            n = len(img.config.entries) or len(img.chain)
             idx = len(entries) - n
             if 0 <= idx < len(entries):
                 entries[idx]["Id"] = img.id
@@ -315,7 +312,7 @@ class ImageService:
         image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
         if image_id in self.images:
             return self.images[image_id]
-        config = json.loads(config_bytes)
+        config = ImageConfig.parse(config_bytes)
         image = Image(image_id, config, parent, chain,
                       sum(self._layer(c).size for c in chain))
         with trio.CancelScope(shield=True):
