@@ -10,8 +10,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
-APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry apache2-utils openssl
-              ca-certificates procps util-linux kmod)
+APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry etcd-server apache2-utils openssl
+              ca-certificates procps util-linux kmod curl)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,10 +22,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-# docker-registry's package starts a service on :5000; tests run their own on 127.0.0.1.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q docker-registry 2>/dev/null; then
-    systemctl stop docker-registry || true
-fi
+# docker-registry's and etcd-server's packages start services (:5000, :2379); tests run their
+# own on addresses and ports of their choosing.
+for unit in docker-registry etcd; do
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q "$unit" 2>/dev/null; then
+        systemctl stop "$unit" || true
+    fi
+done
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import ensurepip, venv' 2>/dev/null; then   # Debian's python3 splits venv out
