@@ -97,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-opt", dest="log_opts", action="append", type=_key_value,
                    metavar="KEY=VALUE", help="a default option of that log driver, "
                    "repeatable (e.g. max-size=10m, max-file=3); containers' own win")
+    p.add_argument("--cluster-store", dest="cluster_store", metavar="URL",
+                   help="the etcd cluster shared by several svc hosts: "
+                        "etcd://host:port[,host:port...][/prefix]")
+    p.add_argument("--cluster-advertise", dest="cluster_advertise", metavar="ADDR:PORT",
+                   help="this host's address for the others: <ip|interface>:<port>")
+    p.add_argument("--cluster-store-opt", dest="cluster_store_opts", action="append",
+                   type=_key_value, metavar="KEY=VALUE",
+                   help="kv.cacertfile, kv.certfile, kv.keyfile (TLS to etcd), "
+                        "discovery.heartbeat, discovery.ttl (seconds); repeatable")
     p.add_argument("--config-file", dest="config_file", type=Path,
                    help="JSON file with the same keys as the flags "
                         f"(default {DEFAULT_CONFIG_FILE})")
@@ -111,7 +120,9 @@ _DEST_TO_KEY = {"log_driver": "log-driver", "log_opts": "log-opts",
                 "shutdown_timeout": "shutdown-timeout",
                 "insecure_registries": "insecure-registries",
                 "registry_mirrors": "registry-mirrors",
-                "registry_config_dir": "registry-config-dir"}
+                "registry_config_dir": "registry-config-dir",
+                "cluster_store": "cluster-store", "cluster_advertise": "cluster-advertise",
+                "cluster_store_opts": "cluster-store-opts"}
 
 
 def load_config(argv: Sequence[str]) -> DaemonConfig | None:
@@ -120,8 +131,9 @@ def load_config(argv: Sequence[str]) -> DaemonConfig | None:
     if ns.pop("version", False):
         print(f"svc version {SVC_VERSION}, API {API_VERSION_STR}")
         return None
-    if "log_opts" in ns:
-        ns["log_opts"] = dict(ns["log_opts"])
+    for multi in ("log_opts", "cluster_store_opts"):
+        if multi in ns:
+            ns[multi] = dict(ns[multi])
     explicit_file = "config_file" in ns
     config_file: Path = ns.pop("config_file", DEFAULT_CONFIG_FILE)
     flags = {_DEST_TO_KEY.get(k, k): v for k, v in ns.items()}

@@ -56,6 +56,10 @@ class DaemonConfig(BaseModel):
     # what a container that names no log driver gets, and that driver's default options
     log_driver: str = Field("json-file", alias="log-driver")
     log_opts: dict[str, str] = Field(default_factory=dict, alias="log-opts")
+    # several hosts: the etcd cluster the daemons share, this daemon's address in it, options
+    cluster_store: str = Field("", alias="cluster-store")
+    cluster_advertise: str = Field("", alias="cluster-advertise")
+    cluster_store_opts: dict[str, str] = Field(default_factory=dict, alias="cluster-store-opts")
 
     @field_validator("log_level", mode="before")
     @classmethod

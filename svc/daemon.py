@@ -37,6 +37,7 @@ from svc.api.server import (
 from svc.api.serving import serve
 from svc.background import keep_running
 from svc.config import DaemonConfig
+from svc.engine.cluster.session import ClusterFlags
 from svc.engine.containers.config import LogDefaults
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
@@ -143,7 +144,10 @@ def run_daemon(config: DaemonConfig,
                                          dns=tuple(config.dns),
                                          registry=registry_config(config),
                                          debug=config.effective_log_level == "debug",
-                                         log_defaults=log_defaults(config))
+                                         log_defaults=log_defaults(config),
+                                         cluster=ClusterFlags(
+                                             config.cluster_store, config.cluster_advertise,
+                                             tuple(sorted(config.cluster_store_opts.items()))))
             engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None

@@ -16,6 +16,7 @@ import trio
 from svc.background import keep_running
 from svc.engine import system
 from svc.engine.builder.builder import Builder
+from svc.engine.cluster.session import ClusterFlags, ClusterSession
 from svc.engine.containers.config import LogDefaults
 from svc.engine.containers.container import Container
 from svc.engine.containers.service import ContainerService
@@ -31,6 +32,7 @@ from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
+from svc.network.ifaddr import interface_address
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
@@ -56,6 +58,7 @@ class EngineConfig:
     dns: tuple[str, ...] = ()
     registry: RegistryConfig = RegistryConfig()
     log_defaults: LogDefaults = LogDefaults()
+    cluster: ClusterFlags = ClusterFlags()
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Engine:
             log_defaults=config.log_defaults)
         self.volumes.referrers = self.containers.volume_users
         self.builder = Builder(config.root, self.images, self.containers, self.puller)
+        self.cluster = ClusterSession(config.cluster, lookup=interface_address,
+                                      daemon_id=lambda: self.engine_id)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -156,6 +161,7 @@ class Engine:
             except SvcError as exc:  # containers on the bridge fail to start, saying why
                 log.error("the default bridge could not be set up: %s", exc)
             await self.containers.restore(nursery)
+            await nursery.start(self.cluster.run)
             task_status.started()
 
     async def stop_containers(self) -> None:
@@ -164,6 +170,7 @@ class Engine:
         with trio.CancelScope(shield=True):
             await self.containers.stop_all(self.config.shutdown_timeout)
             await self.networks.shutdown()
+            await self.cluster.leave()
 
     def _probe_knobs(self) -> Knobs | None:
         """Which cgroup knobs this kernel offers (None when cgroups cannot be probed)."""
@@ -231,4 +238,5 @@ class Engine:
             debug=self.config.debug, containers=self.containers.counts(),
             images=len(self.images.images), listeners=self.events.listeners,
             registry=self.config.registry, logging_driver=self.config.log_defaults.driver,
+            cluster=self.cluster.status(),
         )

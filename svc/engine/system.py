@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from svc.engine.cluster.session import ClusterStatus
 from svc.models.system import (
     IndexInfo,
     PluginsInfo,
@@ -134,7 +135,8 @@ def registry_info(config: Registries) -> RegistryConfig:
 def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 containers: tuple[int, int, int, int], images: int,
                 listeners: int, registry: Registries,
-                logging_driver: str = "json-file") -> SystemInfo:
+                logging_driver: str = "json-file",
+                cluster: ClusterStatus | None = None) -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -145,7 +147,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         Driver="overlay2",
         DriverStatus=[["Backing Filesystem", host.fs_type(root)], ["Supports d_type", "true"],
                       ["Native Overlay Diff", "true"]],
-        SystemStatus=None,
+        SystemStatus=cluster_status(cluster),
         Plugins=PluginsInfo(Volume=["local"], Network=["bridge", "host", "null"]),
         MemoryLimit=cg.memory_limit, SwapLimit=cg.swap_limit, KernelMemory=cg.kernel_memory,
         CpuCfsPeriod=cg.cpu_cfs_period, CpuCfsQuota=cg.cpu_cfs_quota, CPUShares=cg.cpu_shares,
@@ -169,4 +171,20 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         HttpsProxy=env.get("HTTPS_PROXY", env.get("https_proxy", "")),
         NoProxy=env.get("NO_PROXY", env.get("no_proxy", "")),
         Name=host.hostname(), Labels=[], ExperimentalBuild=False, ServerVersion=SVC_VERSION,
+        ClusterStore=cluster.store if cluster else "",
+        ClusterAdvertise=cluster.advertise if cluster else "",
     )
+
+
+def cluster_status(cluster: ClusterStatus | None) -> list[list[str]] | None:
+    """/info's SystemStatus rows for the cluster store (None without one): whether it is
+    reachable, why not, and the nodes registered in it."""
+    if cluster is None or not (cluster.store or cluster.error):
+        return None
+    rows = [["Cluster Store", cluster.store],
+            ["Cluster Store Reachable", "true" if cluster.reachable else "false"]]
+    if cluster.error:
+        rows.append(["Cluster Store Error", cluster.error])
+    rows.append(["Cluster Nodes", str(len(cluster.nodes))])
+    rows += [[" " + node, "registered"] for node in cluster.nodes]
+    return rows

@@ -30,7 +30,7 @@ class Daemon:
 
     def __init__(self, args: Sequence[str] = (), *, probe: bool = True,
                  workdir: Path | None = None, hosts: Sequence[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, netns: str | None = None) -> None:
         # Short paths: unix socket names are limited to 108 bytes.
         self.dir = workdir or Path(tempfile.mkdtemp(prefix="svct-", dir="/tmp"))
         self._own_dir = workdir is None
@@ -42,6 +42,9 @@ class Daemon:
         self.args = list(args)
         self.env = dict(env or {})
         self.probe = probe
+        # a network namespace of the test's (another host): only the daemon's network
+        # namespace changes (nsenter --net), so its cgroups, mounts and socket are the host's
+        self.netns = netns
         self.hosts = list(hosts) if hosts is not None else [f"unix://{self.sock}"]
         self.proc: subprocess.Popen[bytes] | None = None
         # containers' cgroups go below a parent of this daemon's own, removed by cleanup()
@@ -57,6 +60,8 @@ class Daemon:
     def command(self) -> list[str]:
         entry = ["-m", "tests.support.testd"] if self.probe else ["-m", "svc"]
         cmd = [sys.executable, *entry]
+        if self.netns is not None:
+            cmd = ["nsenter", f"--net=/run/netns/{self.netns}", "--", *cmd]
         for h in self.hosts:
             cmd += ["-H", h]
         cmd += ["--root", str(self.root), "--exec-root", str(self.exec_root),

@@ -1,0 +1,178 @@
+"""This daemon's membership of the cluster: the store connection, its node record under a
+lease, and what it knows of the other nodes.
+
+The daemon registers ``<prefix>/nodes/<advertise address>`` under a lease whose TTL is
+``discovery.ttl`` and renews it every ``discovery.heartbeat``: a daemon that dies (or loses
+the store) drops out of every other daemon's list once the TTL has passed, and a daemon that
+stops revokes its lease so it drops out at once. The store may be unreachable at start or go
+away later: the daemon goes on serving everything local, says so in ``/info``, keeps trying,
+and registers again (with a new lease) when the store answers.
+
+Cancellation: ``run`` ends with the engine's nursery; ``leave`` (shielded, bounded) revokes the
+lease so that the node is gone before the daemon exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from svc.cluster.etcd import Etcd, EtcdError
+from svc.engine.cluster.mirror import Mirror, dumps
+from svc.engine.cluster.settings import (
+    ClusterConfigError,
+    ClusterOptions,
+    StoreURL,
+    parse_options,
+    parse_store_url,
+    resolve_advertise,
+)
+from svc.version import SVC_VERSION
+
+log = logging.getLogger("svc.cluster")
+LEAVE_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True)
+class ClusterFlags:
+    """The cluster flags as the user gave them."""
+
+    store: str = ""
+    advertise: str = ""
+    opts: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class ClusterStatus:
+    store: str
+    advertise: str
+    reachable: bool
+    error: str
+    nodes: list[str] = field(default_factory=list)
+
+
+class ClusterSession:
+    def __init__(self, flags: ClusterFlags, *, lookup: Callable[[str], str | None],
+                 daemon_id: Callable[[], str]) -> None:
+        self.flags = flags
+        self.daemon_id = daemon_id
+        self.url: StoreURL | None = None
+        self.options = ClusterOptions()
+        self.advertise = ""
+        self.error = ""  # why the daemon is not (or no longer) in the cluster
+        self.etcd: Etcd | None = None
+        self.reachable = False
+        self.lease = 0
+        self.nodes: Mirror | None = None
+        try:
+            self._configure(flags, lookup)
+        except ClusterConfigError as exc:
+            self.url, self.error = None, str(exc)
+            log.error("cluster: %s; this daemon runs on its own", exc)
+
+    def _configure(self, flags: ClusterFlags, lookup: Callable[[str], str | None]) -> None:
+        if not flags.store:
+            if flags.advertise:
+                raise ClusterConfigError("--cluster-advertise must be accompanied by "
+                                         "--cluster-store")
+            if flags.opts:
+                raise ClusterConfigError("--cluster-store-opt needs --cluster-store")
+            return
+        self.url = parse_store_url(flags.store)
+        self.options = parse_options(dict(flags.opts))
+        if flags.advertise:
+            self.advertise = resolve_advertise(flags.advertise, lookup)
+        else:
+            log.warning("cluster: no --cluster-advertise: this daemon reads the cluster "
+                        "store but does not register as a node")
+        self.etcd = Etcd(self.url.endpoints, tls=self.options.tls())
+        self.nodes = Mirror(self.etcd, self.key("nodes") + "/")
+
+    @property
+    def enabled(self) -> bool:
+        return self.etcd is not None
+
+    def key(self, *parts: str) -> str:
+        assert self.url is not None
+        return "/" + "/".join((self.url.prefix, *parts))
+
+    def status(self) -> ClusterStatus:
+        nodes = sorted(self.nodes.items) if self.nodes is not None else []
+        return ClusterStatus(self.flags.store, self.advertise or self.flags.advertise,
+                             self.reachable, self.error, nodes)
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Stay in the cluster until cancelled (returns at once without a store)."""
+        if self.etcd is None or self.nodes is None:
+            task_status.started()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._membership)
+            nursery.start_soon(self.nodes.run)
+            task_status.started()
+
+    def _lost(self, why: str) -> None:
+        if self.reachable or not self.error:
+            log.warning("cluster store %s unreachable: %s; local work goes on, retrying",
+                        self.flags.store, why)
+        self.reachable, self.error = False, why
+        if self.nodes is not None:
+            self.nodes.reconnect()
+
+    async def _membership(self) -> None:
+        """Register, renew, and register again after any loss, for ever."""
+        assert self.etcd is not None
+        delay = 0.2
+        while True:
+            try:
+                await self._register()
+                delay = 0.2
+                while True:
+                    await trio.sleep(self.options.heartbeat)
+                    if await self.etcd.keepalive(self.lease) == 0:
+                        log.warning("cluster: this node's lease expired; registering again")
+                        break
+                    self.reachable = True
+            except EtcdError as exc:
+                self._lost(str(exc))
+                await trio.sleep(delay)
+                delay = min(delay * 2, max(self.options.heartbeat, 1.0))
+
+    async def _register(self) -> None:
+        assert self.etcd is not None
+        ttl = max(1, round(self.options.ttl))
+        if self.advertise:
+            self.lease = await self.etcd.grant(ttl)
+            await self.etcd.put(self.key("nodes", self.advertise), dumps(self.record()),
+                                lease=self.lease)
+        else:
+            await self.etcd.get(self.key("nodes"))  # reachable, nothing to register
+        if not self.reachable:
+            log.info("cluster store %s reached%s", self.flags.store,
+                     f"; registered as {self.advertise}" if self.advertise else "")
+        self.reachable, self.error = True, ""
+
+    def record(self) -> dict[str, Any]:
+        return {"Addr": self.advertise, "ID": self.daemon_id(), "Name": socket.gethostname(),
+                "Version": SVC_VERSION, "Registered": int(time.time())}
+
+    async def leave(self) -> None:
+        """Revoke the node's lease (it drops out at once) and close the connection."""
+        if self.etcd is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(LEAVE_TIMEOUT):
+            if self.lease and self.reachable:
+                try:
+                    await self.etcd.revoke(self.lease)
+                except EtcdError as exc:
+                    log.warning("cluster: could not leave cleanly: %s", exc)
+            await self.etcd.aclose()
