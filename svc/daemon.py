@@ -70,6 +70,9 @@ def setup_logging(config: DaemonConfig) -> None:
     # pyroute2 logs every netlink message at debug level: thousands of lines per network
     # operation, which drown the daemon's own debug log and slow it down.
     logging.getLogger("pyroute2").setLevel(max(logging.INFO, root.level))
+    # httpx logs every request at info level: the cluster store's heartbeats would fill the
+    # log with one line a second
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
 
 
 def claim_pidfile(path: Path) -> None:

@@ -27,6 +27,7 @@ from svc.engine.images.downloads import DownloadManager
 from svc.engine.images.pull import Puller
 from svc.engine.images.push import Pusher
 from svc.engine.images.service import Image, ImageService
+from svc.engine.networks.overlay import Overlay
 from svc.engine.networks.service import NetworkService
 from svc.engine.registries import Registries
 from svc.engine.volumes.service import VolumeService
@@ -113,6 +114,7 @@ class Engine:
         self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self.cluster = ClusterSession(config.cluster, lookup=interface_address,
                                       daemon_id=lambda: self.engine_id)
+        self.overlay = self.networks.overlay = Overlay(self.networks, self.cluster)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -161,7 +163,9 @@ class Engine:
             except SvcError as exc:  # containers on the bridge fail to start, saying why
                 log.error("the default bridge could not be set up: %s", exc)
             await self.containers.restore(nursery)
+            await self.overlay.forget_sandboxes()
             await nursery.start(self.cluster.run)
+            await nursery.start(self.overlay.run)
             task_status.started()
 
     async def stop_containers(self) -> None:

@@ -189,7 +189,7 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
                 raise NetworkError(f"the bridge {bridge} does not exist")
             ip.link("add", ifname=ep.host_if, kind="veth", master=br[0], state="up",
                     peer={"ifname": ep.ifname, "address": ep.mac, "net_ns_pid": pid})
-        in_netns(pid, lambda: _configure_inside(ep, default_route))
+        in_netns(pid, lambda: configure_inside(ep, default_route))
     except (NetlinkError, OSError, IndexError) as exc:
         detach(ep.host_if)
         raise NetworkError(f"connecting the container (pid {pid}) to {bridge} failed: "
@@ -199,7 +199,7 @@ def attach(bridge: str, pid: int, ep: Endpoint, default_route: bool = True) -> N
         raise
 
 
-def _configure_inside(ep: Endpoint, default_route: bool) -> None:
+def configure_inside(ep: Endpoint, default_route: bool) -> None:
     """In the container's namespace: addresses of its end, it and lo up, routes."""
     with IPRoute() as ns:
         idx = ns.link_lookup(ifname=ep.ifname)[0]

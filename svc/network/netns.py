@@ -14,6 +14,7 @@ lets the thread end: no thread of the daemon ever returns to its pool in a forei
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -40,7 +41,67 @@ def in_netns(pid: int, fn: Callable[[], T]) -> T:
         OSError: the namespace cannot be entered (``pid`` is gone, for one).
         Whatever ``fn`` raises.
     """
-    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    return _run_in(f"/proc/{pid}/ns/net", fn, str(pid))
+
+
+NETNS_DIR = "/run/netns"
+MS_BIND = 0x1000
+MNT_DETACH = 0x2
+
+
+def named_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def in_named(name: str, fn: Callable[[], T]) -> T:
+    """``fn()`` run in the named network namespace ``name`` (``/run/netns/<name>``, as
+    ``ip netns`` names them), as ``in_netns`` does for a process's."""
+    return _run_in(named_path(name), fn, name)
+
+
+def create_named(name: str) -> None:
+    """A new, empty network namespace bound at ``/run/netns/<name>`` (as ``ip netns add``,
+    without forking: a thread unshares its network namespace and bind-mounts it)."""
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    path = named_path(name)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    os.close(fd)
+
+    def bind() -> None:
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
+        own = f"/proc/self/task/{threading.get_native_id()}/ns/net"
+        if _libc.mount(own.encode(), path.encode(), None, MS_BIND, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"bind-mounting the namespace at {path}: {os.strerror(err)}")
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            bind()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"netns-new-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        os.unlink(path)
+        raise failure[0]
+
+
+def remove_named(name: str) -> None:
+    """Unmount and remove ``/run/netns/<name>``: the namespace goes once nothing is in it."""
+    path = named_path(name)
+    _libc.umount2(path.encode(), MNT_DETACH)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _run_in(path: str, fn: Callable[[], T], label: str) -> T:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     result: list[T] = []
     failure: list[BaseException] = []
 
@@ -52,7 +113,7 @@ def in_netns(pid: int, fn: Callable[[], T]) -> T:
             failure.append(exc)
 
     try:
-        thread = threading.Thread(target=run, name=f"netns-{pid}", daemon=True)
+        thread = threading.Thread(target=run, name=f"netns-{label}", daemon=True)
         thread.start()
         thread.join()
     finally:

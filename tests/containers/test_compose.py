@@ -177,7 +177,13 @@ def test_up_in_the_foreground_ctrl_c_twice_logs_f_and_events(
 
     where, name = project
     (where / "docker-compose.yml").write_text(V1.replace("v1 up", "fg up"))
-    events = _popen(cdaemon, where, name, "events", "--json")
+    with _api(cdaemon) as c:
+        listening = c.get("/info").json()["NEventsListener"]
+        events = _popen(cdaemon, where, name, "events", "--json")
+        deadline = time.monotonic() + 30  # compose's events sees only what follows its start
+        while c.get("/info").json()["NEventsListener"] <= listening:
+            assert time.monotonic() < deadline, "compose events never subscribed"
+            time.sleep(0.1)
     up = _popen(cdaemon, where, name, "up")
     try:
         _wait_running(cdaemon, f"{name}_app_1")

@@ -16,11 +16,15 @@ a failed test.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import httpx
+
+from tests.support import images as timg
 from tests.support.daemon import Daemon
 from tests.support.etcdd import EtcdServer
 
@@ -63,6 +67,7 @@ class Cluster:
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     hosts: list[Host] = field(default_factory=list)
     etcd: EtcdServer | None = None
+    before: set[str] = field(default_factory=set)
 
     @property
     def underlay(self) -> str:
@@ -74,6 +79,7 @@ class Cluster:
 
     def make(self) -> Cluster:
         """The namespaces, the underlay and etcd (no daemons yet)."""
+        self.before = set(_named_netns())
         ip("netns", "add", self.underlay)
         ul = ["-n", self.underlay]
         ip(*ul, "link", "set", "lo", "up")
@@ -113,6 +119,16 @@ class Cluster:
             host.daemon.args = args
         return host.daemon.start(wait=wait)
 
+    def busybox(self, i: int) -> None:
+        """``busybox:latest`` imported into host ``i``'s daemon through the API."""
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.hosts[i].d.sock)),
+                          base_url="http://svc", timeout=60) as c:
+            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                                 "tag": "latest"},
+                       content=timg.busybox_rootfs_tar(),
+                       headers={"Content-Type": "application/x-tar"})
+            assert r.status_code == 200 and "error" not in r.text, r.text
+
     def cut(self, i: int) -> None:
         ip("-n", self.underlay, "link", "set", self.hosts[i].port, "down")
 
@@ -129,6 +145,16 @@ class Cluster:
         for host in self.hosts:
             ip("netns", "del", host.netns, check=False)
         ip("netns", "del", self.underlay, check=False)
+        for left in set(_named_netns()) - self.before:  # overlay sandboxes of the daemons
+            if left.startswith("svo-"):
+                ip("netns", "del", left, check=False)
+
+
+def _named_netns() -> list[str]:
+    try:
+        return os.listdir("/run/netns")
+    except FileNotFoundError:
+        return []
 
 
 @contextlib.contextmanager

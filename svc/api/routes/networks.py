@@ -68,7 +68,7 @@ def shape(n: Network) -> dict[str, Any]:
         IPv6Address=f"{info.endpoint.address6}/{info.endpoint.prefixlen6}"
         if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
-    body = NetworkBody(Name=n.name, Id=n.id, Driver=n.driver,
+    body = NetworkBody(Name=n.name, Id=n.id, Scope=n.scope, Driver=n.driver,
                        IPAM=IPAMBody(ipam_config=[], Options=n.ipam_options or None),
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options, Labels=n.labels or None).model_dump()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,9 @@ class ClusterSession:
         self.reachable = False
         self.lease = 0
         self.nodes: Mirror | None = None
+        # run after each registration (a new lease): what this host holds in the store is
+        # put again under it
+        self.on_join: list[Callable[[], Awaitable[None]]] = []
         try:
             self._configure(flags, lookup)
         except ClusterConfigError as exc:
@@ -135,6 +138,8 @@ class ClusterSession:
         while True:
             try:
                 await self._register()
+                for hook in list(self.on_join):
+                    await hook()
                 delay = 0.2
                 while True:
                     await trio.sleep(self.options.heartbeat)

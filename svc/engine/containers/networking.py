@@ -65,8 +65,9 @@ class ContainerNetworking:
             attached = False
             with trio.CancelScope(shield=True):  # wired and recorded, or neither
                 if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
-                    nets.reserve(c.id, c.name, net, nets.next_ifname(c.id), config.ipv4,
-                                 list(config.aliases), config.ipv6, links=list(config.links))
+                    await nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
+                                       config.ipv4, list(config.aliases), config.ipv6,
+                                       links=list(config.links))
                     await nets.attach(c.id, c.live.pid, net, default_route=False,
                                       announce=False)
                     attached = True

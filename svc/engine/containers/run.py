@@ -213,10 +213,10 @@ class Runner:
             nets = self.networks
             plan = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
             for i, (net, cfg) in enumerate(plan):
-                nets.reserve(c.id, c.name, net, f"eth{i}", cfg.ipv4, list(cfg.aliases),
-                             cfg.ipv6, links=list(cfg.links),
-                             mac=parse_mac(c.config.MacAddress)
-                             if i == 0 and c.config.MacAddress else "")
+                await nets.reserve(c.id, c.name, net, f"eth{i}", cfg.ipv4, list(cfg.aliases),
+                                   cfg.ipv6, links=list(cfg.links),
+                                   mac=parse_mac(c.config.MacAddress)
+                                   if i == 0 and c.config.MacAddress else "")
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
             embedded_dns = bool(plan) and not plan[0][0].builtin
             link_hosts, link_env = links.resolve_links(c, self.resolve, nets)

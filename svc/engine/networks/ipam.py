@@ -31,6 +31,8 @@ class EndpointInfo:
     attached: bool = False
     # endpoint links (``target:alias``): names only this container resolves on the network
     links: list[str] = field(default_factory=list)
+    host: str = ""  # on a global network: the address of the host it lives on, if not this
+    hidden: bool = False  # a container's way out of an overlay (docker_gwbridge): not shown
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Network:
     # inspect shows as the engines did; without one it shows the pool chosen and its gateway
     configured: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
+    scope: str = "local"  # global: an overlay network in the cluster store
+    vni: int = 0  # its VXLAN id
 
     def record(self) -> dict[str, Any]:
         return {"Name": self.name, "Id": self.id, "Driver": self.driver,

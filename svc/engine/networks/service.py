@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from svc.engine.events import EventBus
+from svc.engine.networks import hostbridges
 from svc.engine.networks.dns import EmbeddedDNS, lookup
 from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.ipam import (
@@ -36,6 +37,7 @@ from svc.engine.networks.ipam import (
     plan_ipam6,
     ula_subnet,
 )
+from svc.engine.networks.overlay import NEEDS_STORE, Overlay
 from svc.engine.networks.publish import PortPublisher
 from svc.errors import (
     Conflict,
@@ -47,8 +49,7 @@ from svc.errors import (
     as_no_space,
 )
 from svc.network import bridge as br
-from svc.network import netrules
-from svc.network.firewall import Firewall, FirewallError, Rule, owner_of
+from svc.network.firewall import Firewall, FirewallError, owner_of
 from svc.network.proxy import Binding
 
 log = logging.getLogger("svc.networks")
@@ -75,6 +76,7 @@ class NetworkService:
         self.dns = EmbeddedDNS(self._lookup, list(dns or []))
         self.owner = ""
         self.firewall = Firewall("unset")
+        self.overlay: Overlay | None = None  # global networks, with a cluster store
 
     def _lookup(self, cid: str, name: str) -> list[str] | None:
         return lookup(self.of_container(cid), name)
@@ -120,46 +122,8 @@ class NetworkService:
         self._ready = True
 
     def _setup(self) -> None:
-        if half := br.delete_links_named(self._staging_prefix):
-            log.info("removed half-made bridges a crash left: %s", ", ".join(half))
-        bridges = self._bridges()
-        for net in bridges:
-            br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
-                             net.prefixlen6, alias=self._alias(net),
-                             staging=self._staging(net))
-        known = {n.bridge for n in bridges}
-        if stray := br.remove_stray_veths(known):
-            log.info("removed veths a crash left on the bridges: %s", ", ".join(stray))
-        for name in br.owned_bridges(f"svc:{self.owner}:"):
-            if name not in known:
-                log.info("removing the bridge %s, which no network names (a crash left it)",
-                         name)
-                br.delete_bridge(name)
-        removed = self.firewall.reconcile({"net": self._net_rules(bridges)})
-        if removed:
-            log.info("removed %d iptables rules left by a crash", removed)
-        self._forwarding_turned_on = br.enable_forwarding()
-
-    def _staging(self, net: Network) -> str:
-        """The name a new bridge has until its alias is set (15 characters: ``svx``, then
-        owner and network id; ``x`` keeps it apart from hex-named bridges)."""
-        return f"{self._staging_prefix}{net.id[:5]}"
-
-    @property
-    def _staging_prefix(self) -> str:
-        return f"svx{self.owner[:7]}"
-
-    def _alias(self, net: Network) -> str:
-        return f"svc:{self.owner}:{net.id[:12]}"
-
-    def _net_rules(self, nets: list[Network]) -> list[Rule]:
-        """The ``net`` scope: each network's own rules and the isolation between them."""
-        out: list[Rule] = []
-        for net in nets:
-            out += (netrules.internal_rules(net.bridge) if net.internal
-                    else netrules.nat_rules(net.bridge, net.subnet))
-        return out + netrules.isolation_rules([n.bridge for n in nets], self.firewall.iso1,
-                                              self.firewall.iso2)
+        self._forwarding_turned_on = hostbridges.setup(self.owner, self.firewall,
+                                                       self._bridges())
 
     async def shutdown(self) -> None:
         """Take the rules away (the bridges stay, as dockerd's do)."""
@@ -188,9 +152,12 @@ class NetworkService:
             return found[0]
         raise NotFound(f"network {ref} not found")
 
-    def of_container(self, cid: str) -> list[tuple[Network, EndpointInfo]]:
-        """The networks the container is attached to now, in the order of its interfaces."""
-        found = [(n, n.endpoints[cid]) for n in self.networks.values() if cid in n.endpoints]
+    def of_container(self, cid: str, *, hidden: bool = False
+                     ) -> list[tuple[Network, EndpointInfo]]:
+        """The networks the container is attached to now, in the order of its interfaces
+        (its way out of an overlay only if ``hidden``)."""
+        found = [(n, n.endpoints[cid]) for n in self.networks.values()
+                 if cid in n.endpoints and (hidden or not n.endpoints[cid].hidden)]
         return sorted(found, key=lambda f: f[1].endpoint.ifname)
 
     # -- user networks ---------------------------------------------------------------------
@@ -211,9 +178,17 @@ class NetworkService:
         """
         check_network_name(name)
         warning = ""
+        if driver == "overlay":
+            if self.overlay is None or not self.overlay.enabled:
+                raise InvalidParameter(NEEDS_STORE)
+            return await self.overlay.create_network(
+                name, subnet=subnet, ip_range=ip_range, gateway=gateway, internal=internal,
+                options=options, labels=labels, ipam_options=ipam_options, aux=aux,
+                check_duplicate=check_duplicate), ""
         wanted_bridge = bridge_name_option(options)
         if driver not in ("", "bridge"):
-            raise NotFound(f"plugin not found: network driver {driver!r} (only bridge)")
+            raise NotFound(f"plugin not found: network driver {driver!r} (bridge, or "
+                           "overlay with a cluster store)")
         async with self._lock:
             same = [n for n in self.networks.values() if n.name == name]
             if same and (check_duplicate or same[0].builtin):
@@ -262,23 +237,22 @@ class NetworkService:
         return net, warning
 
     def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
-        nets = [ipaddress.IPv4Network(n.subnet) for n in self.networks.values() if n.subnet]
+        nets = [ipaddress.IPv4Network(n.subnet) for n in self.networks.values()
+                if n.subnet and n.scope == "local"]
         return nets + br.host_subnets()
 
     def _make_bridge(self, net: Network) -> None:
-        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
-                         alias=self._alias(net), staging=self._staging(net))
-        self.firewall.apply("net", self._net_rules([*self._bridges(), net]))
+        hostbridges.make(self.owner, self.firewall, net, self._bridges())
 
     def _drop_bridge(self, net: Network) -> None:
-        self.firewall.apply("net", self._net_rules([n for n in self._bridges()
-                                                    if n.id != net.id]))
-        br.delete_bridge(net.bridge)
+        hostbridges.drop(self.owner, self.firewall, net, self._bridges())
 
     async def remove(self, net: Network, in_use: list[str]) -> None:
         """Delete a user network; 403 for a built-in one, 409 while containers use it."""
         if net.builtin:
             raise Forbidden(f"{net.name} is a pre-defined network and cannot be removed")
+        if net.scope == "global" and self.overlay is not None:
+            return await self.overlay.remove(net, in_use)
         async with self._lock:
             if self.networks.get(net.id) is not net:  # removed while this one waited
                 raise NotFound(f"network {net.id} not found")
@@ -311,19 +285,25 @@ class NetworkService:
         used = {info.endpoint.ifname for _, info in self.of_container(cid)}
         return next(f"eth{i}" for i in range(100) if f"eth{i}" not in used)
 
-    def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
-                aliases: list[str] | None = None, static6: str = "", *,
-                links: list[str] | None = None, mac: str = "") -> EndpointInfo:
-        """An address for container ``cid`` on ``net`` (freed by ``release``); ``mac`` (the
-        container's MacAddress, for its first network) or dockerd's from the address."""
+    async def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
+                      aliases: list[str] | None = None, static6: str = "", *,
+                      links: list[str] | None = None, mac: str = "") -> EndpointInfo:
+        """An address for container ``cid`` on ``net`` (freed by ``release``; on a global
+        network claimed in the cluster store); ``mac`` (the container's MacAddress, for its
+        first network) or dockerd's from the address."""
         if cid in net.endpoints:
             return net.endpoints[cid]
         if not self._ready:
             raise SystemError_("the networks are not set up (see the daemon's log)")
+        eid = secrets.token_hex(32)
+        if net.scope == "global" and self.overlay is not None:
+            static = await self.overlay.claim(net, eid, static)
+            if cid in net.endpoints:  # reserved meanwhile
+                return net.endpoints[cid]
         taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway} | \
             set(net.aux.values())
         address = static or free_address(net, taken)
-        if static:
+        if static and net.scope == "local":
             ip = ipaddress.IPv4Address(static)
             if ip not in ipaddress.IPv4Network(net.subnet):
                 raise InvalidParameter(f"invalid address {static}: not in {net.subnet} of "
@@ -335,7 +315,7 @@ class NetworkService:
                          prefixlen=net.prefixlen, gateway=net.gateway,
                          mac=mac or br.mac_for(address), ifname=ifname, address6=address6,
                          prefixlen6=net.prefixlen6, gateway6=net.gateway6 if address6 else "")
-        info = EndpointInfo(container=name, endpoint_id=secrets.token_hex(32), endpoint=ep,
+        info = EndpointInfo(container=name, endpoint_id=eid, endpoint=ep,
                             aliases=list(aliases or []), links=list(links or []))
         net.endpoints[cid] = info
         return info
@@ -346,8 +326,11 @@ class NetworkService:
         unless the caller announces it itself, once its own part is done."""
         info = net.endpoints[cid]
         try:
-            await trio.to_thread.run_sync(br.attach, net.bridge, pid, info.endpoint,
-                                          default_route)
+            if net.scope == "global" and self.overlay is not None:
+                await self.overlay.attach(cid, pid, net, info, way_out=default_route)
+            else:
+                await trio.to_thread.run_sync(br.attach, net.bridge, pid, info.endpoint,
+                                              default_route)
         except br.NetworkError as exc:
             net.endpoints.pop(cid, None)
             raise SystemError_(str(exc)) from exc
@@ -377,15 +360,19 @@ class NetworkService:
             self.dns.stop(cid)
             await self.ports.release(cid)
         for net in [only] if only is not None else list(self.networks.values()):
-            info = net.endpoints.pop(cid, None)
-            if info is None:
+            info = net.endpoints.get(cid)
+            if info is None or info.host:
                 continue
+            del net.endpoints[cid]
             with trio.CancelScope(shield=True):
                 try:
-                    await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
+                    if net.scope == "global" and self.overlay is not None:
+                        await self.overlay.detach(net, info)
+                    else:
+                        await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
                 except (OSError, SvcError) as exc:
                     log.warning("removing %s: %s", info.endpoint.host_if, exc)
-            if info.attached:
+            if info.attached and not info.hidden:
                 left.append(net)
                 if announce:
                     self.announce("disconnect", cid, net)

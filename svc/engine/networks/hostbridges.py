@@ -1,0 +1,77 @@
+"""The Linux bridges and iptables rules of this host's local bridge networks: made at a
+network's create, removed at its removal, and reconciled with the records at daemon start
+(what a crash left goes). Blocking; the network service calls these from worker threads.
+
+Names: a new bridge is made under a staging name (``svx`` + owner + network id, 15
+characters) and gets its alias ``svc:<owner>:<network id>`` before its real name, so that a
+crash in between leaves a bridge the next start recognises as half made.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from svc.engine.networks.ipam import Network
+from svc.network import bridge as br
+from svc.network import netrules
+from svc.network.firewall import Firewall, Rule
+
+log = logging.getLogger("svc.networks")
+
+
+def staging_prefix(owner: str) -> str:
+    return f"svx{owner[:7]}"
+
+
+def staging(owner: str, net: Network) -> str:
+    """The name a new bridge has until its alias is set (``x`` keeps it apart from
+    hex-named bridges)."""
+    return f"{staging_prefix(owner)}{net.id[:5]}"
+
+
+def alias(owner: str, net: Network) -> str:
+    return f"svc:{owner}:{net.id[:12]}"
+
+
+def net_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
+    """The ``net`` scope: each network's own rules and the isolation between them."""
+    out: list[Rule] = []
+    for net in nets:
+        out += (netrules.internal_rules(net.bridge) if net.internal
+                else netrules.nat_rules(net.bridge, net.subnet))
+    return out + netrules.isolation_rules([n.bridge for n in nets], firewall.iso1,
+                                          firewall.iso2)
+
+
+def setup(owner: str, firewall: Firewall, bridges: list[Network]) -> bool:
+    """Every network's bridge, address and rules, and what a crash left removed; whether
+    IPv4 forwarding had to be turned on."""
+    if half := br.delete_links_named(staging_prefix(owner)):
+        log.info("removed half-made bridges a crash left: %s", ", ".join(half))
+    for net in bridges:
+        br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6,
+                         net.prefixlen6, alias=alias(owner, net), staging=staging(owner, net))
+    known = {n.bridge for n in bridges}
+    if stray := br.remove_stray_veths(known):
+        log.info("removed veths a crash left on the bridges: %s", ", ".join(stray))
+    for name in br.owned_bridges(f"svc:{owner}:"):
+        if name not in known:
+            log.info("removing the bridge %s, which no network names (a crash left it)", name)
+            br.delete_bridge(name)
+    removed = firewall.reconcile({"net": net_rules(firewall, bridges)})
+    if removed:
+        log.info("removed %d iptables rules left by a crash", removed)
+    return br.enable_forwarding()
+
+
+def make(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -> None:
+    """``net``'s bridge and the rules of every bridge with it."""
+    br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
+                     alias=alias(owner, net), staging=staging(owner, net))
+    firewall.apply("net", net_rules(firewall, [*bridges, net]))
+
+
+def drop(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -> None:
+    """``net``'s rules, then its bridge."""
+    firewall.apply("net", net_rules(firewall, [n for n in bridges if n.id != net.id]))
+    br.delete_bridge(net.bridge)
