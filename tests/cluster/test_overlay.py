@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -241,3 +242,38 @@ def test_a_partitioned_host_drops_out_and_comes_back_when_healed(three: Cluster)
     finally:
         rm_all(three)
         cli(d0, "network", "rm", "parts", ok=False)
+
+
+def test_ports_connect_disconnect_and_docker_py_1(three: Cluster) -> None:
+    """docker-py 1.10.6 (compose's client) makes the network; a published port of a
+    container on it answers on its host's address; a running container connects to it and
+    leaves it."""
+    d0, d1 = three.hosts[0].d, three.hosts[1].d
+    made = run_sdk("dockerpy1", "import docker, json, sys\n"
+                   "c = docker.Client(base_url=sys.argv[1], version='1.22')\n"
+                   "n = c.create_network('mixed', driver='overlay')\n"
+                   "print(json.dumps(c.inspect_network(n['Id'])))", d0.url)
+    assert json.loads(made.strip().splitlines()[-1])["Scope"] == "global"
+    try:
+        wait_for("listed", lambda: "mixed" in cli(d1, "network", "ls"))
+        cli(d1, "run", "-d", "--name", "web", "--net", "mixed", "-p", "8080:80", "busybox",
+            "sh", "-c", "mkdir -p /www && echo served-by-web > /www/index.html && "
+            "httpd -f -p 80 -h /www")
+        host1 = three.hosts[1].address
+        got = subprocess.run(["ip", "netns", "exec", three.hosts[0].netns, "curl", "-s", "-m",
+                              "5", "--retry", "5", "--retry-connrefused",
+                              f"http://{host1}:8080/"], capture_output=True, text=True)
+        assert got.stdout.strip() == "served-by-web", got
+        # on a user network of its host, so that it asks the embedded DNS (as with the
+        # engines, a container of the default bridge keeps its host's resolvers)
+        cli(d0, "network", "create", "lnet")
+        cli(d0, "run", "-d", "--name", "late", "--net", "lnet", "busybox", "sleep", "600")
+        cli(d0, "network", "connect", "mixed", "late")
+        wait_for("late known on host 1", lambda: "late" in names_on(d1, "mixed"))
+        assert "served-by-web" in cli(d0, "exec", "late", "wget", "-qO-", "http://web/")
+        cli(d0, "network", "disconnect", "mixed", "late")
+        wait_for("late gone on host 1", lambda: "late" not in names_on(d1, "mixed"))
+        assert "eth1" not in cli(d0, "exec", "late", "ip", "-o", "link")
+    finally:
+        rm_all(three)
+        cli(d0, "network", "rm", "mixed", "lnet", ok=False)

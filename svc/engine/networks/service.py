@@ -345,6 +345,10 @@ class NetworkService:
 
     async def publish(self, cid: str, bindings: list[Binding], nursery: trio.Nursery,
                       net: Network) -> None:
+        """Publish the container's ports on its first network (for an overlay, on its way
+        out: the host reaches it there)."""
+        if net.scope == "global":
+            net = next((n for n, i in self.of_container(cid, hidden=True) if i.hidden), net)
         await self.ports.publish(cid, bindings, nursery, net)
 
     def published(self, cid: str) -> list[Binding] | None:
