@@ -32,6 +32,7 @@ from bench import (  # noqa: E402
     bench_events,
     bench_images,
     bench_network,
+    bench_overlay,
     bench_pull,
     bench_push,
     bench_requests,
@@ -62,6 +63,7 @@ BENCHMARKS = [
     Benchmark("network_scale", bench_scale.network_scale),
     Benchmark("fuzz_rss", bench_scale.fuzz_rss),
     Benchmark("soak", bench_soak.soak),
+    Benchmark("overlay", bench_overlay.overlay),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
 BY_NAME = {b.name: b for b in BENCHMARKS}
