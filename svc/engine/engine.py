@@ -162,10 +162,11 @@ class Engine:
                 await self.networks.setup()
             except SvcError as exc:  # containers on the bridge fail to start, saying why
                 log.error("the default bridge could not be set up: %s", exc)
-            await self.containers.restore(nursery)
+            # the cluster before the containers: one that restarts on an overlay finds it
             await self.overlay.forget_sandboxes()
             await nursery.start(self.cluster.run)
             await nursery.start(self.overlay.run)
+            await self.containers.restore(nursery)
             task_status.started()
 
     async def stop_containers(self) -> None:

@@ -9,14 +9,17 @@ import ipaddress
 from svc.network.firewall import Rule, rule
 
 
-def nat_rules(bridge: str, subnet: str) -> list[Rule]:
-    """Masquerade what leaves the host from the bridge's subnet; forward to and from it."""
+def nat_rules(bridge: str, subnet: str, *, icc: bool = True) -> list[Rule]:
+    """Masquerade what leaves the host from the bridge's subnet; forward to and from it;
+    between its own containers only with ``icc`` (dockerd's ``enable_icc``, false on
+    ``docker_gwbridge``: two overlays' containers never meet on their way out)."""
     return [
         rule("nat", "POSTROUTING", "-s", subnet, "!", "-o", bridge, "-j", "MASQUERADE"),
         rule("filter", "FORWARD", "-o", bridge, "-m", "conntrack", "--ctstate",
              "RELATED,ESTABLISHED", "-j", "ACCEPT"),
         rule("filter", "FORWARD", "-i", bridge, "!", "-o", bridge, "-j", "ACCEPT"),
-        rule("filter", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"),
+        rule("filter", "FORWARD", "-i", bridge, "-o", bridge, "-j",
+             "ACCEPT" if icc else "DROP"),
     ]
 
 

@@ -94,9 +94,9 @@ def test_a_store_away_at_start_and_later_leaves_local_work_untouched(three: Clus
     assert three.etcd is not None
     three.etcd.kill()
     d = three.start(0)
-    rows = status(d)
-    assert rows["Cluster Store Reachable"] == "false"
-    assert "etcd unreachable" in rows["Cluster Store Error"]
+    wait_for("the daemon says why it is not in the cluster",
+             lambda: "etcd unreachable" in status(d).get("Cluster Store Error", ""))
+    assert status(d)["Cluster Store Reachable"] == "false"
     assert docker_cli(d.url, "ps").returncode == 0  # local work is served
     assert docker_cli(d.url, "network", "create", "local1").returncode == 0
     three.etcd.start()

@@ -95,6 +95,7 @@ class ClusterSession:
             log.warning("cluster: no --cluster-advertise: this daemon reads the cluster "
                         "store but does not register as a node")
         self.etcd = Etcd(self.url.endpoints, tls=self.options.tls())
+        self.error = "not reached yet"
         self.nodes = Mirror(self.etcd, self.key("nodes") + "/")
 
     @property
@@ -124,7 +125,7 @@ class ClusterSession:
             task_status.started()
 
     def _lost(self, why: str) -> None:
-        if self.reachable or not self.error:
+        if self.reachable or self.error == "not reached yet":
             log.warning("cluster store %s unreachable: %s; local work goes on, retrying",
                         self.flags.store, why)
         self.reachable, self.error = False, why

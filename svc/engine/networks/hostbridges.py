@@ -17,6 +17,7 @@ from svc.network import netrules
 from svc.network.firewall import Firewall, Rule
 
 log = logging.getLogger("svc.networks")
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
 
 
 def staging_prefix(owner: str) -> str:
@@ -37,8 +38,9 @@ def net_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
     """The ``net`` scope: each network's own rules and the isolation between them."""
     out: list[Rule] = []
     for net in nets:
+        icc = net.options.get(ICC_OPTION, "true").lower() != "false"
         out += (netrules.internal_rules(net.bridge) if net.internal
-                else netrules.nat_rules(net.bridge, net.subnet))
+                else netrules.nat_rules(net.bridge, net.subnet, icc=icc))
     return out + netrules.isolation_rules([n.bridge for n in nets], firewall.iso1,
                                           firewall.iso2)
 

@@ -252,14 +252,12 @@ class Overlay:
         store = self.store
         if store is None:
             return
-        live = set()
         for net in list(self.service.networks.values()):
             if net.scope != "global":
                 continue
             for cid, info in list(net.endpoints.items()):
                 if info.host or not info.attached:
                     continue
-                live.add((net.id, info.endpoint_id))
                 if not await store.hold(net.id, info.endpoint_id, info.endpoint.address,
                                         self.endpoint_record(cid, info), self.session.lease):
                     log.error("overlay: the address %s of %s on %s was taken by another "
@@ -269,8 +267,14 @@ class Overlay:
         for kv in kvs:
             nid, _, eid = kv.key.removeprefix(store.key("endpoints") + "/").partition("/")
             record = kv.json()
-            if record.get("Host") == self.session.advertise and (nid, eid) not in live:
+            if record.get("Host") == self.session.advertise and not self._holds(nid, eid):
                 await store.drop_endpoint(nid, eid, str(record.get("Address")))
+
+    def _holds(self, nid: str, eid: str) -> bool:
+        """Whether a container of this host has (or is getting) endpoint ``eid`` now."""
+        net = self.service.networks.get(nid)
+        return net is not None and any(i.endpoint_id == eid and not i.host
+                                       for i in net.endpoints.values())
 
     async def forget_sandboxes(self) -> None:
         """At start: sandboxes a crash left (their containers died with the daemon)."""
