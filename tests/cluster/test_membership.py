@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 
 from tests.conftest import docker_cli, run_sdk
 from tests.support.daemon import Daemon, running
+from tests.support.etcdd import EtcdServer
 from tests.support.hosts import Cluster, cluster
 
 
@@ -151,3 +154,36 @@ def test_the_cluster_keys_are_read_from_the_config_file(tmp_path: object) -> Non
                                                                   "127.0.0.1:2376")
     finally:
         d.cleanup()
+
+
+def test_the_store_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    """``kv.cacertfile``, ``kv.certfile`` and ``kv.keyfile``: etcd requires the client
+    certificate; without it the daemon says why it is not in the cluster."""
+    ca = trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1"), ca.issue_cert("svc-node")
+    paths = {}
+    for name, blob in (("ca.pem", ca.cert_pem.bytes()),
+                       ("server.pem", server.cert_chain_pems[0].bytes()),
+                       ("server.key", server.private_key_pem.bytes()),
+                       ("client.pem", client.cert_chain_pems[0].bytes()),
+                       ("client.key", client.private_key_pem.bytes())):
+        (tmp_path / name).write_bytes(blob)
+        paths[name] = str(tmp_path / name)
+    etcd = EtcdServer(tls=(paths["ca.pem"], paths["server.pem"], paths["server.key"])).start()
+    try:
+        url = f"etcd://{etcd.endpoint}"
+        opts = ["--cluster-store-opt", f"kv.cacertfile={paths['ca.pem']}",
+                "--cluster-store-opt", "discovery.heartbeat=1",
+                "--cluster-store-opt", "discovery.ttl=3"]
+        good = ["--cluster-store", url, "--cluster-advertise", "127.0.0.1:7946", *opts,
+                "--cluster-store-opt", f"kv.certfile={paths['client.pem']}",
+                "--cluster-store-opt", f"kv.keyfile={paths['client.key']}"]
+        with running(good) as d:
+            wait_for("registered over TLS", lambda: nodes(d) == ["127.0.0.1:7946"])
+        with running(["--cluster-store", url, "--cluster-advertise", "127.0.0.1:7946",
+                      *opts]) as d:  # no client certificate: etcd refuses the handshake
+            wait_for("told why", lambda: "etcd unreachable" in
+                     status(d).get("Cluster Store Error", ""))
+            assert status(d)["Cluster Store Reachable"] == "false"
+    finally:
+        etcd.stop()

@@ -28,9 +28,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class EtcdServer:
-    def __init__(self, host: str = "127.0.0.1", *, netns: str | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", *, netns: str | None = None,
+                 tls: tuple[str, str, str] | None = None) -> None:
         self.host = host
         self.netns = netns
+        self.tls = tls  # (CA, server certificate, server key): clients must show one too
+        self.scheme = "https" if tls else "http"
         self.dir = Path(tempfile.mkdtemp(prefix="svc-etcd-"))
         self.port = free_port("127.0.0.1") if netns is None else 2379
         self.peer_port = free_port("127.0.0.1") if netns is None else 2380
@@ -39,12 +42,16 @@ class EtcdServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _argv(self) -> list[str]:
-        client = f"http://{self.endpoint}"
+        client = f"{self.scheme}://{self.endpoint}"
         peer = f"http://{self.host}:{self.peer_port}"
         argv = [BINARY, "--name", "svc-test", "--data-dir", str(self.dir / "data"),
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", f"svc-test={peer}", "--log-level", "warn"]
+        if self.tls:
+            ca, cert, key = self.tls
+            argv += ["--trusted-ca-file", ca, "--cert-file", cert, "--key-file", key,
+                     "--client-cert-auth"]
         return (["ip", "netns", "exec", self.netns, *argv]) if self.netns else argv
 
     def start(self) -> EtcdServer:
@@ -61,6 +68,11 @@ class EtcdServer:
         raise RuntimeError(f"etcd did not become healthy on {self.endpoint}:\n{self.log()}")
 
     def healthy(self) -> bool:
+        if self.tls:  # a client certificate is needed: a listening port will do
+            with contextlib.suppress(OSError), socket.create_connection(
+                    (self.host, self.port), timeout=1):
+                return True
+            return False
         if self.netns is not None:
             out = subprocess.run(["ip", "netns", "exec", self.netns, "curl", "-s", "-m", "1",
                                   f"http://{self.endpoint}/health"], capture_output=True)
