@@ -239,7 +239,7 @@ class Overlay:
             await trio.to_thread.run_sync(ov.detach_from, name, info.endpoint.host_if)
         except OSError as exc:
             log.warning("removing %s: %s", info.endpoint.host_if, exc)
-        if self.store is not None:
+        if self.store is not None and self.session.reachable:  # else its lease frees it
             await self.store.drop_endpoint(net.id, info.endpoint_id, info.endpoint.address)
         if not any(not i.host for i in net.endpoints.values()) and \
                 await trio.to_thread.run_sync(ov.ports_in_use, name) == 0:
