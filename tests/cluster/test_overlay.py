@@ -68,6 +68,17 @@ def rm_all(c: Cluster) -> None:
             cli(h.d, "rm", "-f", *ids, ok=False)
 
 
+def pair(c: Cluster, net: str, a: tuple[int, str], b: tuple[int, str]) -> None:
+    """Overlay ``net`` made on host ``a``'s, a container on each of the two hosts, and
+    ``b``'s known on ``a``'s host."""
+    da, db = c.hosts[a[0]].d, c.hosts[b[0]].d
+    cli(da, "network", "create", "-d", "overlay", net)
+    wait_for("listed", lambda: net in cli(db, "network", "ls"))
+    cli(da, "run", "-d", "--name", a[1], "--net", net, "busybox", "sleep", "600")
+    cli(db, "run", "-d", "--name", b[1], "--net", net, "busybox", "sleep", "600")
+    wait_for(f"{b[1]} known", lambda: b[1] in names_on(da, net))
+
+
 def test_a_network_made_on_one_host_is_everyones_and_carries_traffic(three: Cluster) -> None:
     d0, d1, d2 = (h.d for h in three.hosts)
     net_id = cli(d0, "network", "create", "-d", "overlay", "--subnet", "10.20.0.0/24",
@@ -176,12 +187,8 @@ def test_concurrent_creates_on_two_hosts_never_collide(three: Cluster) -> None:
 def test_without_the_store_containers_stay_connected_and_changes_wait(three: Cluster) -> None:
     assert three.etcd is not None
     d0, d1 = three.hosts[0].d, three.hosts[1].d
-    cli(d0, "network", "create", "-d", "overlay", "steady")
     try:
-        wait_for("listed", lambda: "steady" in cli(d1, "network", "ls"))
-        cli(d0, "run", "-d", "--name", "s0", "--net", "steady", "busybox", "sleep", "600")
-        cli(d1, "run", "-d", "--name", "s1", "--net", "steady", "busybox", "sleep", "600")
-        wait_for("s1 known", lambda: "s1" in names_on(d0, "steady"))
+        pair(three, "steady", (0, "s0"), (1, "s1"))
         three.etcd.kill()
         assert "0% packet loss" in cli(d0, "exec", "s0", "ping", "-c", "2", "-W", "2", "s1")
         refused = cli(d0, "network", "create", "-d", "overlay", "later", ok=False)
@@ -200,12 +207,8 @@ def test_without_the_store_containers_stay_connected_and_changes_wait(three: Clu
 
 def test_a_killed_host_drops_out_and_reconciles_when_it_restarts(three: Cluster) -> None:
     d0, d2 = three.hosts[0].d, three.hosts[2].d
-    cli(d0, "network", "create", "-d", "overlay", "kills")
     try:
-        wait_for("listed", lambda: "kills" in cli(d2, "network", "ls"))
-        cli(d0, "run", "-d", "--name", "k0", "--net", "kills", "busybox", "sleep", "600")
-        cli(d2, "run", "-d", "--name", "k2", "--net", "kills", "busybox", "sleep", "600")
-        wait_for("k2 known", lambda: "k2" in names_on(d0, "kills"))
+        pair(three, "kills", (0, "k0"), (2, "k2"))
         d2.kill()  # SIGKILL: its endpoints stay until the TTL has passed
         took = wait_for("k2 forgotten", lambda: "k2" not in names_on(d0, "kills"), timeout=10)
         assert took <= 3 + 1 + 2
@@ -225,13 +228,9 @@ def test_a_killed_host_drops_out_and_reconciles_when_it_restarts(three: Cluster)
 
 
 def test_a_partitioned_host_drops_out_and_comes_back_when_healed(three: Cluster) -> None:
-    d0, d1 = three.hosts[0].d, three.hosts[1].d
-    cli(d0, "network", "create", "-d", "overlay", "parts")
+    d0 = three.hosts[0].d
     try:
-        wait_for("listed", lambda: "parts" in cli(d1, "network", "ls"))
-        cli(d0, "run", "-d", "--name", "p0", "--net", "parts", "busybox", "sleep", "600")
-        cli(d1, "run", "-d", "--name", "p1", "--net", "parts", "busybox", "sleep", "600")
-        wait_for("p1 known", lambda: "p1" in names_on(d0, "parts"))
+        pair(three, "parts", (0, "p0"), (1, "p1"))
         three.cut(1)
         wait_for("p1 forgotten while host 1 is cut off",
                  lambda: "p1" not in names_on(d0, "parts"), timeout=10)

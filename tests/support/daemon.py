@@ -178,17 +178,22 @@ def with_busybox(daemon: Daemon | None = None) -> Iterator[Daemon]:
     d = daemon or Daemon()
     try:
         d.start()
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
-                          base_url="http://svc", timeout=60) as c:
-            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                 "tag": "latest"},
-                       content=timg.busybox_rootfs_tar(),
-                       headers={"Content-Type": "application/x-tar"})
-            assert r.status_code == 200 and "error" not in r.text, r.text
+        import_busybox(d)
         yield d
         assert not d.forked_without_exec(), d.log()
     finally:
         d.cleanup()
+
+
+def import_busybox(d: Daemon) -> None:
+    """``busybox:latest`` imported into ``d`` through the API."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)),
+                      base_url="http://svc", timeout=60) as c:
+        r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
+                                             "tag": "latest"},
+                   content=timg.busybox_rootfs_tar(),
+                   headers={"Content-Type": "application/x-tar"})
+        assert r.status_code == 200 and "error" not in r.text, r.text
 
 
 def _free_subnet() -> str:

@@ -22,10 +22,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
-from tests.support import images as timg
-from tests.support.daemon import Daemon
+from tests.support.daemon import Daemon, import_busybox
 from tests.support.etcdd import EtcdServer
 
 SUBNET = "10.250.0"
@@ -121,13 +118,7 @@ class Cluster:
 
     def busybox(self, i: int) -> None:
         """``busybox:latest`` imported into host ``i``'s daemon through the API."""
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.hosts[i].d.sock)),
-                          base_url="http://svc", timeout=60) as c:
-            r = c.post("/images/create", params={"fromSrc": "-", "repo": "busybox",
-                                                 "tag": "latest"},
-                       content=timg.busybox_rootfs_tar(),
-                       headers={"Content-Type": "application/x-tar"})
-            assert r.status_code == 200 and "error" not in r.text, r.text
+        import_busybox(self.hosts[i].d)
 
     def cut(self, i: int) -> None:
         ip("-n", self.underlay, "link", "set", self.hosts[i].port, "down")

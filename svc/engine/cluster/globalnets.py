@@ -27,7 +27,8 @@ from typing import Any
 
 from svc.cluster.etcd import Compare, Etcd, EtcdError, delete_op, put_op
 from svc.engine.cluster.mirror import Mirror, dumps
-from svc.errors import Conflict, InvalidParameter, NotFound, SystemError_
+from svc.engine.networks.ipam import plan_ipam
+from svc.errors import Conflict, NotFound, SystemError_
 
 log = logging.getLogger("svc.cluster")
 
@@ -62,13 +63,14 @@ class GlobalNetworks:
         nid, name = record["Id"], record["Name"]
         for _ in range(CAS_TRIES):
             ipam, ipam_rev = await self._ipam()
-            pools = {ipaddress.IPv4Network(p) for p in ipam["Pools"]}
-            net = _pick_subnet(subnet, pools)
-            gw, rng = _gateway_and_range(net, gateway, ip_range)
+            pools = [ipaddress.IPv4Network(p) for p in ipam["Pools"]]
+            net, gw, rng = plan_ipam(subnet, ip_range, gateway, pools,
+                                     defaults=GLOBAL_POOL.subnets(new_prefix=GLOBAL_PREFIX),
+                                     defaults_name="the global defaults (10.0.0.0/8)")
             vni = next(v for v in range(VNI_FIRST, VNI_LAST) if str(v) not in ipam["VNIs"])
-            stored = dict(record, Subnet=str(net), Gateway=gw, IPRange=rng, VNI=vni,
+            stored = dict(record, Subnet=net, Gateway=gw, IPRange=rng, VNI=vni,
                           Created=int(time.time()))
-            ipam["Pools"][str(net)] = nid
+            ipam["Pools"][net] = nid
             ipam["VNIs"][str(vni)] = nid
             compare = [Compare(self.key("ipam"), "MOD", ipam_rev)]
             if check_duplicate:
@@ -208,41 +210,6 @@ class GlobalNetworks:
         except EtcdError as exc:
             raise StoreUnavailable(f"cluster store: {exc}") from None
         return True
-
-
-def _pick_subnet(subnet: str, pools: set[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
-    if subnet:
-        try:
-            net = ipaddress.IPv4Network(subnet, strict=False)
-        except ValueError:
-            raise InvalidParameter(f"invalid subnet {subnet!r}: an IPv4 CIDR such as "
-                                   "10.10.0.0/24") from None
-        if net.prefixlen > 30:
-            raise InvalidParameter(f"invalid subnet {subnet}: /30 or larger")
-        for other in pools:
-            if net.overlaps(other):
-                raise Conflict(f"Pool overlaps with other one on this address space: {net} "
-                               f"overlaps {other}")
-        return net
-    for candidate in GLOBAL_POOL.subnets(new_prefix=GLOBAL_PREFIX):
-        if not any(candidate.overlaps(p) for p in pools):
-            return candidate
-    raise Conflict("could not find an available, non-overlapping IPv4 address pool among "
-                   "the global defaults (10.0.0.0/8)")
-
-
-def _gateway_and_range(net: ipaddress.IPv4Network, gateway: str,
-                       ip_range: str) -> tuple[str, str]:
-    try:
-        rng = ipaddress.IPv4Network(ip_range, strict=False) if ip_range else None
-        gw = ipaddress.IPv4Address(gateway) if gateway else next(net.hosts())
-    except ValueError:
-        raise InvalidParameter(f"invalid IPRange {ip_range!r} or Gateway {gateway!r}") from None
-    if rng is not None and not rng.subnet_of(net):
-        raise InvalidParameter(f"invalid IPRange {rng}: not inside the subnet {net}")
-    if gw not in net or gw in (net.network_address, net.broadcast_address):
-        raise InvalidParameter(f"invalid Gateway {gw}: not a host address of {net}")
-    return str(gw), str(rng) if rng else ""
 
 
 def decode(value: bytes) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,9 +183,12 @@ def free_address(net: Network, taken: set[str]) -> str:
 
 
 def plan_ipam(subnet: str, ip_range: str, gateway: str,
-               taken: list[ipaddress.IPv4Network]) -> tuple[str, str, str]:
-    """(subnet, gateway, ip range) of a new network, checked; 400 for a bad CIDR, 409 for an
-    overlap or an exhausted pool."""
+              taken: list[ipaddress.IPv4Network], *,
+              defaults: Iterable[ipaddress.IPv4Network] = AUTO_POOL,
+              defaults_name: str = "the defaults") -> tuple[str, str, str]:
+    """(subnet, gateway, ip range) of a new network, checked; without ``subnet`` the first of
+    ``defaults`` that overlaps nothing ``taken``; 400 for a bad CIDR, 409 for an overlap or
+    an exhausted pool."""
     if subnet:
         try:
             net = ipaddress.IPv4Network(subnet, strict=False)
@@ -198,11 +202,11 @@ def plan_ipam(subnet: str, ip_range: str, gateway: str,
                 raise Conflict(f"Pool overlaps with other one on this address space: {net} "
                                f"overlaps {other}")
     else:
-        free = [p for p in AUTO_POOL if not any(p.overlaps(t) for t in taken)]
-        if not free:
+        free = next((p for p in defaults if not any(p.overlaps(t) for t in taken)), None)
+        if free is None:
             raise Conflict("could not find an available, non-overlapping IPv4 address pool "
-                           "among the defaults to assign to the network")
-        net = free[0]
+                           f"among {defaults_name} to assign to the network")
+        net = free
     try:
         rng = ipaddress.IPv4Network(ip_range, strict=False) if ip_range else None
         gw = ipaddress.IPv4Address(gateway) if gateway else next(net.hosts())
