@@ -107,17 +107,20 @@ def overlay(ctx: Context) -> Outcome:
                              f"time sh -c 'head -c {mb * 1000000} /dev/zero | nc b 5000'"))
         rtt = _rtt(_cli(u0, "exec", "a", "ping", "-c", str(PINGS), "-i", "0.05", "b"))
         # a new endpoint on host 1, until a container on host 0 resolves and reaches it
-        waits = []
+        waits, whole = [], []
         for i in range(ctx.scaled(NEW_ENDPOINTS, 5)):
             name = f"new{i}"
             probe = subprocess.Popen(
                 ["docker", "-H", u0, "exec", "a", "sh", "-c",
                  f"until ping -c 1 -W 1 {name} >/dev/null 2>&1; do :; done"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            asked = time.monotonic()
             _cli(u1, "run", "-d", "--name", name, "--net", "bench", "busybox", "sleep", "600")
             started = time.monotonic()
             probe.wait(30)
-            waits.append((time.monotonic() - started) * 1000)
+            done = time.monotonic()
+            waits.append((done - started) * 1000)
+            whole.append((done - asked) * 1000)
         waits.sort()
         p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))]
         ov_create = _median_ms(lambda i: _cli(u0, "network", "create", "-d", "overlay",
@@ -132,13 +135,15 @@ def overlay(ctx: Context) -> Outcome:
             ids = _cli(u, "ps", "-aq").split()
             if ids:
                 _cli(u, "rm", "-f", *ids)
-    out.details.update(transfer_mb=mb, new_endpoint_ms=waits)
+    out.details.update(transfer_mb=mb, new_endpoint_ms=waits, run_to_reachable_ms=whole)
     out.figures += [
         Figure("overlay", "container to container across hosts", mb / took, "MB/s",
                floor=floor_rate, note="floor: a plain VXLAN pair between the hosts"),
         Figure("overlay", "ping RTT across hosts", rtt, "ms", floor=floor_rtt),
         Figure("overlay", "new endpoint reachable by name from the other host, p99", p99,
-               "ms", Target("<=", 1000.0), note=f"median {statistics.median(waits):.0f} ms"),
+               "ms", Target("<=", 1000.0),
+               note=f"after docker run returns; from its start: median "
+                    f"{statistics.median(whole):.0f} ms, max {max(whole):.0f} ms"),
         Figure("overlay", "network create, overlay", ov_create, "ms",
                note=f"bridge: {br_create:.0f} ms"),
         Figure("overlay", "docker run -d on an overlay", ov_start, "ms",

@@ -129,22 +129,26 @@ class Overlay:
             return
         if record.get("Host") == self.session.advertise:
             return  # one of ours: known locally
+        # known (a sandbox made meanwhile programs it) but not answered by the DNS until its
+        # entries are in: a name never resolves to an address that cannot be reached yet
         info = EndpointInfo(container=str(record.get("Name") or ""), endpoint_id=eid,
                             endpoint=br.Endpoint(host_if="", address=record["Address"],
                                                  prefixlen=net.prefixlen, gateway=net.gateway,
                                                  mac=record["Mac"]),
-                            aliases=list(record.get("Aliases") or []), attached=True,
+                            aliases=list(record.get("Aliases") or []), attached=False,
                             host=str(record["Host"]).rpartition(":")[0])
         net.endpoints[str(record["Container"])] = info
         self._send.send_nowait(partial(self._peer, net, info, True))
 
     async def _peer(self, net: Network, info: EndpointInfo, present: bool) -> None:
         name = self.sandbox(net).netns
-        if not await trio.to_thread.run_sync(ov.sandbox_exists, name):
-            return  # programmed when the sandbox is made
-        ep = info.endpoint
-        fn = ov.set_peer if present else ov.drop_peer
-        await trio.to_thread.run_sync(fn, name, ep.mac, ep.address, info.host)
+        try:
+            if await trio.to_thread.run_sync(ov.sandbox_exists, name):
+                ep = info.endpoint
+                fn = ov.set_peer if present else ov.drop_peer
+                await trio.to_thread.run_sync(fn, name, ep.mac, ep.address, info.host)
+        finally:
+            info.attached = present
 
     # -- networks ----------------------------------------------------------------------------
 
