@@ -53,7 +53,10 @@ class Mirror:
                 return
             self.items[key] = value
         for listener in list(self.listeners):
-            listener(key, value)
+            try:
+                listener(key, value)
+            except (KeyError, TypeError, ValueError) as exc:  # a record of another shape
+                log.warning("cluster store: %s%s not understood: %r", self.prefix, key, exc)
         self._changed.set()
         self._changed = trio.Event()
 
