@@ -35,6 +35,16 @@ class Unavailable(EtcdError):
     """No endpoint answered: the store is unreachable for now."""
 
 
+class NotServing(EtcdError):
+    """A member answered that it cannot serve now (no leader, a timeout inside the
+    cluster): another member may."""
+
+
+# gRPC codes etcd's gateway reports for a member that cannot serve: DeadlineExceeded,
+# Unavailable
+_NOT_SERVING = {4, 14}
+
+
 class Compacted(EtcdError):
     """A watch asked for a revision etcd no longer keeps; the caller must read afresh."""
 
@@ -109,7 +119,8 @@ def prefix_end(prefix: str) -> str:
 
 
 def _kv(doc: dict[str, Any]) -> KeyValue:
-    return KeyValue(key=_unb64(doc.get("key")).decode(), value=_unb64(doc.get("value")),
+    return KeyValue(key=_unb64(doc.get("key")).decode(errors="replace"),
+                    value=_unb64(doc.get("value")),
                     create_revision=int(doc.get("create_revision", 0)),
                     mod_revision=int(doc.get("mod_revision", 0)),
                     version=int(doc.get("version", 0)), lease=int(doc.get("lease", 0)))
@@ -161,14 +172,18 @@ class Etcd:
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` of the first endpoint that answers."""
         failures = []
-        for i, url in enumerate(self._order()):
+        for url in self._order():
             try:
                 response = await self._http.post(f"{url}/v3/{path}", json=body)
+                answer = _answer(response)
             except httpx.TransportError as exc:
                 failures.append(f"{url}: {exc or type(exc).__name__}")
                 continue
-            self._next = (self._next + i) % len(self.urls)
-            return _answer(response)
+            except NotServing as exc:
+                failures.append(f"{url}: {exc}")
+                continue
+            self._next = self.urls.index(url)
+            return answer
         raise Unavailable("etcd unreachable: " + "; ".join(failures))
 
     async def get(self, key: str) -> KeyValue | None:
@@ -264,7 +279,7 @@ class Etcd:
         body = {"create_request": {"key": _b64(prefix), "range_end": prefix_end(prefix),
                                    "start_revision": str(start), "progress_notify": True}}
         failures = []
-        for i, url in enumerate(self._order()):
+        for url in self._order():
             opened = False
             try:
                 async with self._http.stream("POST", f"{url}/v3/watch", json=body,
@@ -274,12 +289,12 @@ class Etcd:
                         _answer(httpx.Response(response.status_code,
                                                content=await response.aread()))
                     opened = True
-                    self._next = (self._next + i) % len(self.urls)
+                    self._next = self.urls.index(url)
                     async for line in response.aiter_lines():
                         for event in _watch_events(line):
                             yield event
                 return  # the stream ended: the caller opens it again
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, NotServing) as exc:
                 if opened:
                     return  # it broke after it was open: the caller opens it again
                 failures.append(f"{url}: {exc or type(exc).__name__}")
@@ -289,7 +304,10 @@ class Etcd:
 def _watch_events(line: str) -> list[WatchEvent]:
     if not line.strip():
         return []
-    doc = json.loads(line)
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise EtcdError(f"etcd's watch sent something that is not JSON: {exc}") from None
     if "error" in doc:
         raise EtcdError(str(doc["error"].get("message") or doc["error"]))
     result = doc.get("result") or {}
@@ -312,5 +330,8 @@ def _answer(response: httpx.Response) -> dict[str, Any]:
         raise EtcdError(f"etcd answered {response.status_code} with no JSON") from None
     if response.status_code != 200 or not isinstance(doc, dict):
         message = doc.get("message") or doc.get("error") if isinstance(doc, dict) else doc
+        code = doc.get("code") if isinstance(doc, dict) else None
+        if response.status_code == 503 or code in _NOT_SERVING:
+            raise NotServing(f"etcd cannot serve: {message}")
         raise EtcdError(f"etcd refused the request: {message}")
     return doc

@@ -80,10 +80,11 @@ def test_a_stopped_daemon_leaves_at_once_a_killed_one_after_the_ttl(three: Clust
         three.start(i)
     everyone = sorted(h.advertise for h in three.hosts)
     wait_for("all registered", lambda: nodes(three.hosts[0].d) == everyone)
-    three.hosts[2].d.stop()  # SIGTERM: the lease is revoked
+    assert three.hosts[2].d.stop() == 0  # SIGTERM: the lease is revoked
     took = wait_for("a stopped node drops out", lambda: len(nodes(three.hosts[0].d)) == 2,
                     timeout=5)
     assert took < 2.0
+    assert "Traceback" not in three.hosts[2].d.log()
     three.hosts[1].d.kill()  # SIGKILL: nothing revokes; the TTL (3 s) decides
     start = time.monotonic()
     wait_for("a killed node drops out", lambda: len(nodes(three.hosts[0].d)) == 1, timeout=15)

@@ -276,3 +276,35 @@ def test_ports_connect_disconnect_and_docker_py_1(three: Cluster) -> None:
     finally:
         rm_all(three)
         cli(d0, "network", "rm", "mixed", "lnet", ok=False)
+
+
+def test_first_containers_at_once_and_static_addresses(three: Cluster) -> None:
+    """Four containers started at once on a network new to their host share one sandbox
+    and one docker_gwbridge; a static address outside the pool is a 400."""
+    d0, d1 = three.hosts[0].d, three.hosts[1].d
+    cli(d0, "network", "create", "-d", "overlay", "--subnet", "10.30.0.0/24", "burst")
+    try:
+        wait_for("listed", lambda: "burst" in cli(d1, "network", "ls"))
+        outs: list[subprocess.CompletedProcess[str]] = []
+        threads = [threading.Thread(target=lambda i=i: outs.append(docker_cli(
+            d1.url, "run", "-d", "--name", f"q{i}", "--net", "burst", "busybox", "sleep",
+            "600"))) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [o.returncode for o in outs] == [0] * 4, [o.stderr for o in outs]
+        cli(d0, "run", "-d", "--name", "q9", "--net", "burst", "--ip", "10.30.0.99",
+            "busybox", "sleep", "600")
+        for i in range(4):
+            assert "0% packet loss" in cli(d0, "exec", "q9", "ping", "-c", "1", "-W", "2",
+                                           f"q{i}")
+        bad = docker_cli(d0.url, "run", "-d", "--net", "burst", "--ip", "10.31.0.5",
+                         "busybox", "true")
+        assert bad.returncode != 0 and "not a host address of 10.30.0.0/24" in bad.stderr
+        taken = docker_cli(d1.url, "run", "-d", "--net", "burst", "--ip", "10.30.0.99",
+                           "busybox", "true")
+        assert taken.returncode != 0 and "Address already in use" in taken.stderr
+    finally:
+        rm_all(three)
+        cli(d0, "network", "rm", "burst", ok=False)

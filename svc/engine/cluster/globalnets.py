@@ -27,8 +27,8 @@ from typing import Any
 
 from svc.cluster.etcd import Compare, Etcd, EtcdError, delete_op, put_op
 from svc.engine.cluster.mirror import Mirror, dumps
-from svc.engine.networks.ipam import plan_ipam
-from svc.errors import Conflict, NotFound, SystemError_
+from svc.engine.networks.ipam import check_aux, plan_ipam
+from svc.errors import Conflict, InvalidParameter, NotFound, SystemError_
 
 log = logging.getLogger("svc.cluster")
 
@@ -69,6 +69,7 @@ class GlobalNetworks:
                                      defaults_name="the global defaults (10.0.0.0/8)")
             vni = next(v for v in range(VNI_FIRST, VNI_LAST) if str(v) not in ipam["VNIs"])
             stored = dict(record, Subnet=net, Gateway=gw, IPRange=rng, VNI=vni,
+                          Aux=check_aux(dict(record.get("Aux") or {}), net),
                           Created=int(time.time()))
             ipam["Pools"][net] = nid
             ipam["VNIs"][str(vni)] = nid
@@ -155,6 +156,7 @@ class GlobalNetworks:
                 raise StoreUnavailable(f"cluster store: {exc}") from None
             taken = {kv.key.removeprefix(prefix) for kv in kvs} | reserved
             if static:
+                _check_static(static, net, pool)
                 if static in taken:
                     raise Conflict(f"Address already in use: {static} on network "
                                    f"{net['Name']}")
@@ -210,6 +212,18 @@ class GlobalNetworks:
         except EtcdError as exc:
             raise StoreUnavailable(f"cluster store: {exc}") from None
         return True
+
+
+def _check_static(static: str, net: dict[str, Any], pool: ipaddress.IPv4Network) -> None:
+    """A static address must be a host address of the network's pool (400 if not)."""
+    subnet = ipaddress.IPv4Network(net["Subnet"])
+    try:
+        address = ipaddress.IPv4Address(static)
+    except ValueError:
+        raise InvalidParameter(f"invalid IPv4 address {static!r}") from None
+    if address not in pool or address in (subnet.network_address, subnet.broadcast_address):
+        raise InvalidParameter(f"invalid address {static}: not a host address of {pool} on "
+                               f"network {net['Name']}")
 
 
 def decode(value: bytes) -> Any:

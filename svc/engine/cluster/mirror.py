@@ -96,7 +96,7 @@ class Mirror:
                         delay = 0.1
             except Compacted:
                 continue  # read afresh
-            except (Unavailable, EtcdError) as exc:
+            except (Unavailable, EtcdError, ValueError) as exc:
                 if self.current:
                     log.warning("cluster store: %s no longer followed: %s", self.prefix, exc)
                 self.current = False

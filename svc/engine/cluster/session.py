@@ -33,6 +33,7 @@ from svc.engine.cluster.settings import (
     parse_store_url,
     resolve_advertise,
 )
+from svc.errors import SvcError
 from svc.version import SVC_VERSION
 
 log = logging.getLogger("svc.cluster")
@@ -73,6 +74,9 @@ class ClusterSession:
         # run after each registration (a new lease): what this host holds in the store is
         # put again under it
         self.on_join: list[Callable[[], Awaitable[None]]] = []
+        self.followers: list[Mirror] = []  # other mirrors on this client (the overlays')
+        self.scope = trio.CancelScope()  # the session's own tasks
+        self.stoppers: list[trio.CancelScope] = []  # tasks of others that use the client
         try:
             self._configure(flags, lookup)
         except ClusterConfigError as exc:
@@ -115,43 +119,66 @@ class ClusterSession:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Stay in the cluster until cancelled (returns at once without a store)."""
+        """Stay in the cluster until cancelled or ``leave`` (returns at once without a
+        store)."""
         if self.etcd is None or self.nodes is None:
             task_status.started()
             return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._membership)
-            nursery.start_soon(self.nodes.run)
-            task_status.started()
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._membership)
+                nursery.start_soon(self.nodes.run)
+                task_status.started()
 
     def _lost(self, why: str) -> None:
         if self.reachable or self.error == "not reached yet":
             log.warning("cluster store %s unreachable: %s; local work goes on, retrying",
                         self.flags.store, why)
         self.reachable, self.error = False, why
-        if self.nodes is not None:
-            self.nodes.reconnect()
+        for mirror in self.mirrors:  # a stream cut by a partition may hang, not fail
+            mirror.current = False
+            mirror.reconnect()
+
+    @property
+    def mirrors(self) -> list[Mirror]:
+        return [*([self.nodes] if self.nodes is not None else []), *self.followers]
 
     async def _membership(self) -> None:
-        """Register, renew, and register again after any loss, for ever."""
+        """Register, renew, and register again once the lease is gone, for ever. A failed
+        renewal is retried on the same lease: only etcd saying it no longer has the lease
+        makes a new one (the records held by the old one would go with it)."""
         assert self.etcd is not None
-        delay = 0.2
+        delay, alive = 0.2, False
         while True:
             try:
-                await self._register()
-                for hook in list(self.on_join):
-                    await hook()
-                delay = 0.2
-                while True:
+                if not alive:
+                    await self._register()
+                    alive = True
+                    await self._run_hooks()
+                else:
                     await trio.sleep(self.options.heartbeat)
-                    if await self.etcd.keepalive(self.lease) == 0:
+                    if not self.lease:
+                        await self.etcd.get(self.key("nodes"))  # only reachable or not
+                    elif await self.etcd.keepalive(self.lease) == 0:
                         log.warning("cluster: this node's lease expired; registering again")
-                        break
-                    self.reachable = True
-            except EtcdError as exc:
+                        alive = False
+                        continue
+                    if not self.reachable:
+                        log.info("cluster store %s reached again", self.flags.store)
+                        self.reachable, self.error = True, ""
+                        await self._run_hooks()
+                delay = 0.2
+            except (EtcdError, SvcError) as exc:
                 self._lost(str(exc))
                 await trio.sleep(delay)
                 delay = min(delay * 2, max(self.options.heartbeat, 1.0))
+
+    async def _run_hooks(self) -> None:
+        for hook in list(self.on_join):
+            try:
+                await hook()
+            except (EtcdError, SvcError, ValueError) as exc:
+                log.warning("cluster: after joining: %s", exc)
 
     async def _register(self) -> None:
         assert self.etcd is not None
@@ -172,9 +199,12 @@ class ClusterSession:
                 "Version": SVC_VERSION, "Registered": int(time.time())}
 
     async def leave(self) -> None:
-        """Revoke the node's lease (it drops out at once) and close the connection."""
+        """Stop following the store, revoke the node's lease (it drops out at once) and
+        close the connection."""
         if self.etcd is None:
             return
+        for scope in (*self.stoppers, self.scope):  # nothing uses the client after this
+            scope.cancel()
         with trio.CancelScope(shield=True), trio.move_on_after(LEAVE_TIMEOUT):
             if self.lease and self.reachable:
                 try:

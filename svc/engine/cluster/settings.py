@@ -146,4 +146,7 @@ def resolve_advertise(text: str, lookup: Callable[[str], str | None]) -> str:
     if address.is_unspecified:
         raise ClusterConfigError(f"invalid --cluster-advertise {text!r}: the address must "
                                  "be one other hosts can reach")
-    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+    if address.version == 6:
+        raise ClusterConfigError(f"invalid --cluster-advertise {text!r}: svc's overlay "
+                                 "tunnels run over IPv4; give an IPv4 address or interface")
+    return f"{address}:{port}"

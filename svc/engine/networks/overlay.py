@@ -17,6 +17,7 @@ its published ports), as with the engines.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -49,13 +50,28 @@ class Overlay:
     def __init__(self, service: NetworkService, session: ClusterSession) -> None:
         self.service = service
         self.session = session
+        self.scope = trio.CancelScope()  # what follows the store: cancelled at leave
         self.store: GlobalNetworks | None = None
         if session.etcd is not None:
             self.store = GlobalNetworks(session.etcd, session.key())
             self.store.networks.listeners.append(self._network_changed)
             self.store.endpoints.listeners.append(self._endpoint_changed)
-        self._send, self._receive = trio.open_memory_channel[Change](10_000)
+            session.followers += [self.store.networks, self.store.endpoints]
+            session.stoppers.append(self.scope)
+            session.on_join.append(self._rejoin)  # before the first registration
+        # unbounded: a listener never blocks (one per change, however many at once)
+        self._send, self._receive = trio.open_memory_channel[Change](math.inf)
         self.mtu = 1450
+        self._locks: dict[str, trio.Lock] = {}  # one per network: its sandbox's make and end
+        self._gw_lock = trio.Lock()
+
+    def lock(self, net: Network) -> trio.Lock:
+        return self._locks.setdefault(net.id, trio.Lock())
+
+    @property
+    def local_ip(self) -> str:
+        """This host's VTEP: the advertise address without its port."""
+        return self.session.advertise.rpartition(":")[0]
 
     @property
     def enabled(self) -> bool:
@@ -82,20 +98,23 @@ class Overlay:
             task_status.started()
             return
         if self.session.advertise:
-            self.mtu = await trio.to_thread.run_sync(
-                ov.underlay_mtu, self.session.advertise.rpartition(":")[0]) - ov.VXLAN_OVERHEAD
-        self.session.on_join.append(self._rejoin)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._apply_changes)
-            await nursery.start(self.store.networks.run)
-            await nursery.start(self.store.endpoints.run)
-            task_status.started()
+            self.mtu = await trio.to_thread.run_sync(ov.underlay_mtu, self.local_ip) - \
+                ov.VXLAN_OVERHEAD
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._apply_changes)
+                await nursery.start(self.store.networks.run)
+                await nursery.start(self.store.endpoints.run)
+                task_status.started()
 
     async def _apply_changes(self) -> None:
+        """Program the sandboxes as the store changes, in order. A change that fails is
+        logged (a record of another host this one cannot use, a sandbox in trouble): the
+        next ones still run."""
         async for change in self._receive:
             try:
                 await change()
-            except (br.NetworkError, OSError) as exc:
+            except Exception as exc:  # never the end of the daemon's nursery
                 log.warning("overlay: %s", exc)
 
     def _network_changed(self, nid: str, record: dict[str, Any] | None) -> None:
@@ -141,14 +160,15 @@ class Overlay:
         self._send.send_nowait(partial(self._peer, net, info, True))
 
     async def _peer(self, net: Network, info: EndpointInfo, present: bool) -> None:
+        """Program (or forget) a remote endpoint in the network's sandbox, if this host has
+        one; a present one is answered by the DNS once that is done."""
         name = self.sandbox(net).netns
-        try:
+        async with self.lock(net):
             if await trio.to_thread.run_sync(ov.sandbox_exists, name):
                 ep = info.endpoint
                 fn = ov.set_peer if present else ov.drop_peer
                 await trio.to_thread.run_sync(fn, name, ep.mac, ep.address, info.host)
-        finally:
-            info.attached = present
+        info.attached = present
 
     # -- networks ----------------------------------------------------------------------------
 
@@ -197,8 +217,16 @@ class Overlay:
         """An address for a new endpoint, unique across the cluster."""
         store = self._need(advertise=True)
         local = {i.endpoint.address for i in net.endpoints.values()}
-        return await store.claim_address(network_record(net), eid, static, local,
-                                         self.session.lease)
+        with trio.CancelScope(shield=True):  # claimed and known, or neither
+            address = await store.claim_address(network_record(net), eid, static, local,
+                                                self.session.lease)
+        return address
+
+    async def unclaim(self, net: Network, eid: str, address: str) -> None:
+        """Give back an address claimed for an endpoint that did not come to be."""
+        if self.store is not None and self.session.reachable:
+            with trio.CancelScope(shield=True):
+                await self.store.drop_endpoint(net.id, eid, address)
 
     async def attach(self, cid: str, pid: int, net: Network, info: EndpointInfo, *,
                      way_out: bool) -> None:
@@ -206,16 +234,13 @@ class Overlay:
         first here), record it in the store, and give the container its way out."""
         store = self._need(advertise=True)
         sb = self.sandbox(net)
-        local_ip = self.session.advertise.rpartition(":")[0]
-        if not await trio.to_thread.run_sync(ov.sandbox_exists, sb.netns):
-            await trio.to_thread.run_sync(ov.ensure_sandbox, sb, local_ip)
-            for other in list(net.endpoints.values()):
+        async with self.lock(net):  # never beside a detach removing the sandbox
+            await trio.to_thread.run_sync(ov.ensure_sandbox, sb, self.local_ip)
+            for other in list(net.endpoints.values()):  # idempotent: a half-made one too
                 if other.host:
                     await trio.to_thread.run_sync(ov.set_peer, sb.netns, other.endpoint.mac,
                                                   other.endpoint.address, other.host)
-        else:
-            await trio.to_thread.run_sync(ov.ensure_sandbox, sb, local_ip)
-        await trio.to_thread.run_sync(ov.attach, sb, pid, info.endpoint, False)
+            await trio.to_thread.run_sync(ov.attach, sb, pid, info.endpoint, False)
         await store.put_endpoint(net.id, info.endpoint_id, self.endpoint_record(cid, info),
                                  self.session.lease)
         if way_out and not net.internal:
@@ -228,9 +253,10 @@ class Overlay:
 
     async def _gateway_leg(self, cid: str, pid: int, info: EndpointInfo) -> None:
         svc = self.service
-        gw = next((n for n in svc.networks.values() if n.name == GW_BRIDGE), None)
-        if gw is None:
-            gw, _ = await svc.create(GW_BRIDGE, options=dict(GW_OPTIONS))
+        async with self._gw_lock:  # two first containers make it once
+            gw = next((n for n in svc.networks.values() if n.name == GW_BRIDGE), None)
+            if gw is None:
+                gw, _ = await svc.create(GW_BRIDGE, options=dict(GW_OPTIONS))
         leg = await svc.reserve(cid, info.container, gw, svc.next_ifname(cid))
         leg.hidden = True
         await svc.attach(cid, pid, gw, default_route=True, announce=False)
@@ -239,15 +265,16 @@ class Overlay:
         """Unwire a local endpoint, forget it in the store, and remove the sandbox once its
         last container has left (cancellation-shielded by the caller)."""
         name = self.sandbox(net).netns
-        try:
-            await trio.to_thread.run_sync(ov.detach_from, name, info.endpoint.host_if)
-        except OSError as exc:
-            log.warning("removing %s: %s", info.endpoint.host_if, exc)
+        async with self.lock(net):
+            try:
+                await trio.to_thread.run_sync(ov.detach_from, name, info.endpoint.host_if)
+            except OSError as exc:
+                log.warning("removing %s: %s", info.endpoint.host_if, exc)
+            if not any(not i.host for i in net.endpoints.values()) and \
+                    await trio.to_thread.run_sync(ov.ports_in_use, name) == 0:
+                await trio.to_thread.run_sync(ov.remove_sandbox, name)
         if self.store is not None and self.session.reachable:  # else its lease frees it
             await self.store.drop_endpoint(net.id, info.endpoint_id, info.endpoint.address)
-        if not any(not i.host for i in net.endpoints.values()) and \
-                await trio.to_thread.run_sync(ov.ports_in_use, name) == 0:
-            await trio.to_thread.run_sync(ov.remove_sandbox, name)
 
     async def _rejoin(self) -> None:
         """After (re)registration: this host's live endpoints put again under the new lease,

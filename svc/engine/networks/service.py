@@ -282,7 +282,7 @@ class NetworkService:
         return [(n, cfg) for n, cfg in out if not cfg.disconnected]
 
     def next_ifname(self, cid: str) -> str:
-        used = {info.endpoint.ifname for _, info in self.of_container(cid)}
+        used = {info.endpoint.ifname for _, info in self.of_container(cid, hidden=True)}
         return next(f"eth{i}" for i in range(100) if f"eth{i}" not in used)
 
     async def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
@@ -297,9 +297,11 @@ class NetworkService:
             raise SystemError_("the networks are not set up (see the daemon's log)")
         eid = secrets.token_hex(32)
         if net.scope == "global" and self.overlay is not None:
-            static = await self.overlay.claim(net, eid, static)
-            if cid in net.endpoints:  # reserved meanwhile
+            claimed = await self.overlay.claim(net, eid, static)
+            if cid in net.endpoints:  # reserved meanwhile: this claim is not needed
+                await self.overlay.unclaim(net, eid, claimed)
                 return net.endpoints[cid]
+            static = claimed
         taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway} | \
             set(net.aux.values())
         address = static or free_address(net, taken)
@@ -333,6 +335,9 @@ class NetworkService:
                                               default_route)
         except br.NetworkError as exc:
             net.endpoints.pop(cid, None)
+            if net.scope == "global" and self.overlay is not None:  # its claim, its sandbox
+                with trio.CancelScope(shield=True):
+                    await self.overlay.detach(net, info)
             raise SystemError_(str(exc)) from exc
         info.attached = True
         if announce:
