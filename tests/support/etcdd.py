@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 BINARY = "/usr/bin/etcd"
@@ -111,3 +112,13 @@ class EtcdServer:
             self.kill()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_etcd() -> Iterator[EtcdServer]:
+    """A started etcd on 127.0.0.1, stopped and removed at the end whatever happened."""
+    etcd = EtcdServer().start()
+    try:
+        yield etcd
+    finally:
+        etcd.stop()

@@ -20,16 +20,13 @@ from svc.cluster.etcd import (
     put_op,
     range_op,
 )
-from tests.support.etcdd import EtcdServer, free_port
+from tests.support.etcdd import EtcdServer, free_port, running_etcd
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EtcdServer]:
-    etcd = EtcdServer().start()
-    try:
+    with running_etcd() as etcd:
         yield etcd
-    finally:
-        etcd.stop()
 
 
 @pytest.fixture

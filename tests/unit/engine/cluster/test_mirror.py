@@ -11,16 +11,13 @@ import trio
 
 from svc.cluster.etcd import Etcd
 from svc.engine.cluster.mirror import Mirror
-from tests.support.etcdd import EtcdServer
+from tests.support.etcdd import EtcdServer, running_etcd
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EtcdServer]:
-    etcd = EtcdServer().start()
-    try:
+    with running_etcd() as etcd:
         yield etcd
-    finally:
-        etcd.stop()
 
 
 @pytest.fixture
