@@ -76,20 +76,11 @@ def create_named(name: str) -> None:
             err = ctypes.get_errno()
             raise OSError(err, f"bind-mounting the namespace at {path}: {os.strerror(err)}")
 
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            bind()
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name=f"netns-new-{name}", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
+    try:
+        _in_new_thread(bind, f"netns-new-{name}")
+    except BaseException:
         os.unlink(path)
-        raise failure[0]
+        raise
 
 
 def remove_named(name: str) -> None:
@@ -102,22 +93,32 @@ def remove_named(name: str) -> None:
 
 def _run_in(path: str, fn: Callable[[], T], label: str) -> T:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def entered() -> T:
+        _setns(fd)
+        return fn()
+
+    try:
+        return _in_new_thread(entered, f"netns-{label}")
+    finally:
+        os.close(fd)
+
+
+def _in_new_thread(fn: Callable[[], T], label: str) -> T:
+    """``fn()`` in a thread of its own that ends with it (what it does to its namespaces
+    goes with it); its result or exception handed to the caller's thread."""
     result: list[T] = []
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            _setns(fd)
             result.append(fn())
         except BaseException as exc:  # handed to the caller's thread
             failure.append(exc)
 
-    try:
-        thread = threading.Thread(target=run, name=f"netns-{label}", daemon=True)
-        thread.start()
-        thread.join()
-    finally:
-        os.close(fd)
+    thread = threading.Thread(target=run, name=label, daemon=True)
+    thread.start()
+    thread.join()
     if failure:
         raise failure[0]
     return result[0]

@@ -173,21 +173,6 @@ def drop_peer(name: str, mac: str, address: str, vtep: str) -> None:
     in_named(name, forget)
 
 
-def peers(name: str) -> dict[str, str]:
-    """The remote endpoints programmed now: MAC -> VTEP (for reconciling and tests)."""
-    def dump() -> dict[str, str]:
-        out: dict[str, str] = {}
-        with IPRoute() as ns:
-            found = ns.link_lookup(ifname="vxlan0")
-            for entry in ns.fdb("dump", ifindex=found[0]) if found else []:
-                dst = entry.get_attr("NDA_DST")
-                if dst:
-                    out[str(entry.get_attr("NDA_LLADDR"))] = str(dst)
-        return out
-
-    return in_named(name, dump)
-
-
 def attach(sb: Sandbox, pid: int, ep: Endpoint, default_route: bool) -> None:
     """A veth pair: ``ep.host_if`` on the sandbox's bridge, its peer made in the network
     namespace of ``pid`` as ``ep.ifname`` (the overlay's MTU), given its addresses."""
@@ -242,7 +227,3 @@ def ports_in_use(name: str) -> int:
 
     return in_named(name, count)
 
-
-__all__ = ["Sandbox", "attach", "drop_peer", "ensure_sandbox", "list_sandboxes", "peers",
-           "ports_in_use", "remove_sandbox", "sandbox_exists", "sandbox_name", "set_peer",
-           "underlay_mtu"]

@@ -20,7 +20,6 @@ once its TTL has passed; a host that comes back puts its own again (``Overlay.re
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import time
 from typing import Any
@@ -225,6 +224,3 @@ def _check_static(static: str, net: dict[str, Any], pool: ipaddress.IPv4Network)
         raise InvalidParameter(f"invalid address {static}: not a host address of {pool} on "
                                f"network {net['Name']}")
 
-
-def decode(value: bytes) -> Any:
-    return json.loads(value)

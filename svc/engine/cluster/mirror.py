@@ -10,9 +10,10 @@ following), and it catches up from where it stopped when the store is back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
@@ -107,20 +108,13 @@ class Mirror:
             delay = min(delay * 2, 2.0)
 
 
-class _skip_bad:
+@contextlib.contextmanager
+def _skip_bad(key: str) -> Iterator[None]:
     """A record that is not JSON is logged and left out, never the end of the copy."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
-        if isinstance(exc, (ValueError, UnicodeDecodeError)):
-            log.warning("cluster store: %s is not a JSON record: %s", self.key, exc)
-            return True
-        return False
+    try:
+        yield
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("cluster store: %s is not a JSON record: %s", key, exc)
 
 
 def dumps(value: Any) -> bytes:

@@ -84,9 +84,8 @@ class Overlay:
             raise InvalidParameter("joining an overlay network needs --cluster-advertise: "
                                    "the address other hosts reach this one at")
         if not self.session.reachable:
-            why = self.session.error or "not reached yet"
-            raise StoreUnavailable(f"the cluster store is unreachable ({why}); global "
-                                   "networks cannot change now")
+            raise StoreUnavailable(f"the cluster store is unreachable ({self.session.error});"
+                                   " global networks cannot change now")
         return self.store
 
     # -- following the store -----------------------------------------------------------------
@@ -129,7 +128,8 @@ class Overlay:
         fresh = network_from_record(record)
         if net is None:
             nets[nid] = fresh
-            for key, value in list(self.store.endpoints.items.items()) if self.store else []:
+            known = self.store.endpoints.items if self.store is not None else {}
+            for key, value in list(known.items()):  # endpoints seen before their network
                 if key.startswith(nid + "/"):
                     self._endpoint_changed(key, value)
         else:  # the record changes only in what it carries, never in its addresses
@@ -338,5 +338,3 @@ def new_record(name: str, *, internal: bool, options: dict[str, str] | None,
             "IPAMOptions": dict(ipam_options or {}), "Aux": dict(aux or {}),
             "Configured": configured}
 
-
-__all__ = ["GW_BRIDGE", "Overlay", "network_from_record", "new_record"]
