@@ -186,8 +186,9 @@ def log_defaults(config: DaemonConfig) -> LogDefaults:
 
 async def _serve(config: DaemonConfig, engine: Engine, listeners: Listeners,
                  extensions: Sequence[Callable[..., None]]) -> None:
-    hijack.install()
     app = create_app(engine, cors_origin=config.api_cors_header, extensions=extensions)
+    # (debug: every request through the app, so that each has its access log line)
+    hijack.install(None if config.effective_log_level == "debug" else app.plain)
     hconf = hypercorn_config(config)
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -11,9 +11,11 @@ from quart_trio import QuartTrio
 from svc.api import errors as api_errors
 from svc.api.afterresponse import AfterResponse
 from svc.api.body import BoundedRequest, HTTPConnection
+from svc.api.fastpath import PlainRoutes
 from svc.api.heads import common_headers
 from svc.api.routes import build as build_routes
 from svc.api.routes import container_files as container_files_routes
+from svc.api.routes import container_reads as container_reads_routes
 from svc.api.routes import containers as containers_routes
 from svc.api.routes import events as events_routes
 from svc.api.routes import execs as execs_routes
@@ -27,7 +29,7 @@ from svc.engine.engine import Engine
 
 
 def create_app(engine: Engine, *, cors_origin: str = "",
-               extensions: Sequence[Callable[..., None]] = ()) -> Any:
+               extensions: Sequence[Callable[..., None]] = ()) -> SvcApp:
     """Build the ASGI application: a QuartTrio app behind the version-prefix wrapper, behind
     the one that runs what views defer until their response is sent."""
     app = QuartTrio("svc")
@@ -64,10 +66,24 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     images_routes.register(app, engine)
     build_routes.register(app, engine)
     containers_routes.register(app, engine)
+    container_reads_routes.register(app, engine)
     container_files_routes.register(app, engine)
     execs_routes.register(app, engine)
     volumes_routes.register(app, engine)
     networks_routes.register(app, engine)
     for extend in extensions:
         extend(app, engine)
-    return AfterResponse(VersionPrefix(app))
+    return SvcApp(AfterResponse(VersionPrefix(app)),
+                  PlainRoutes(app.url_map, app.config["SVC_COMMON_HEADERS"]))
+
+
+class SvcApp:
+    """The ASGI application svcd serves, with its plain routes (``svc.api.fastpath``) for
+    the protocol to answer without it."""
+
+    def __init__(self, asgi: Any, plain: PlainRoutes) -> None:
+        self.asgi = asgi
+        self.plain = plain
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.asgi(scope, receive, send)

@@ -184,12 +184,15 @@ def summary(c: Container, nets: NetworkService, names: list[str], version: Versi
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
     """The list entry. Everything but Status (which ages) is cached until the container's
     next saved change, so listing many containers costs little more than encoding them."""
-    key = ("summary", version, c.revision, tuple(names))
-    cached = c.view_cache.get(key) if sizes is None else None
-    if cached is None:
+    key = (c.revision, tuple(names))
+    slot = ("summary", version)
+    entry = c.view_cache.get(slot) if sizes is None else None
+    if entry is not None and entry[0] == key:
+        cached = entry[1]
+    else:
         cached = _summary(c, nets, names, version, sizes)
         if sizes is None:
-            c.view_cache = {key: cached}
+            c.view_cache[slot] = (key, cached)
     out = dict(cached)
     out["Status"] = _status(c)
     return out

@@ -28,9 +28,7 @@ Everything else (and websockets) is served by hypercorn unchanged.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
 from http import HTTPStatus
@@ -46,9 +44,11 @@ from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.api import limits, serving
+from svc.api.fastpath import PlainRoutes, PlainStream, bodiless
 from svc.api.heads import raw_stream_head, wants_upgrade
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
+from svc.api.refusals import Refusals, plain_socket
 from svc.errors import Unavailable
 
 EXTENSION = "svc.hijack"
@@ -77,6 +77,13 @@ class _HijackTaskGroup:
         return getattr(self._inner, name)
 
 
+_PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+
+def _has_length(headers: Any) -> bool:
+    return any(name == b"content-length" for name, _ in headers)
+
+
 class _Refused(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
@@ -87,11 +94,12 @@ class _BodyTaken(Exception):
     """h11 stops at a request's head: its body is the view's (``RawBody``)."""
 
 
-class HijackH11Protocol(H11Protocol):
+class HijackH11Protocol(Refusals, H11Protocol):
     """hypercorn's HTTP/1.1 protocol, able to hand a request's connection to its view, and
     holding request heads to ``svc.api.limits``."""
 
     max_connections = 1 << 30  # set by install()
+    plain: PlainRoutes | None = None  # set by install()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -102,8 +110,9 @@ class HijackH11Protocol(H11Protocol):
         self._refused_at: float | None = None
         self._discard_since: float | None = None  # an unread body being dropped
         self._drained = 0
-        self._wake = trio.Event()
+        self._clock = trio.CancelScope()  # the watch's (``_watch``)
         self._watch_scope = trio.CancelScope()
+        self._held_head = b""  # a response head waiting for its body (``_send_h11_event``)
 
     async def initiate(self) -> None:
         if serving.OPEN.value > HijackH11Protocol.max_connections:  # this one is counted
@@ -139,7 +148,7 @@ class HijackH11Protocol(H11Protocol):
         if isinstance(event, RawData) and isinstance(conn, h11.Connection) \
                 and conn.their_state is h11.IDLE:
             status = self.guard.on_data(event.data, trio.current_time())
-            self._wake.set()
+            self._rearm()
             if status is not None:
                 await self._refuse(status)
                 return
@@ -154,9 +163,20 @@ class HijackH11Protocol(H11Protocol):
         parsed = not isinstance(conn, h11.Connection) or conn.their_state is not h11.IDLE
         if parsed and self.guard.started is not None:
             self.guard.head_done()
-            self._wake.set()
+            self._rearm()
 
     async def _create_stream(self, request: h11.Request) -> None:
+        plain = HijackH11Protocol.plain
+        if plain is not None and request.method in (b"GET", b"HEAD") \
+                and bodiless(request.headers):
+            answer = plain.answer(request.method, request.target)
+            if answer is not None:
+                # (answered, and h11 idle again, before ``handle`` could see the head end)
+                self.guard.head_done()
+                self._rearm()
+                self.stream = PlainStream(self, request.method, *answer)  # type: ignore
+                self.keep_alive_requests += 1
+                return
         body = self._raw_body_for(request)
         self.raw_body = body
         await super()._create_stream(request)
@@ -170,7 +190,7 @@ class HijackH11Protocol(H11Protocol):
         """A ``RawBody`` for a ``POST /build`` with a body on a plain socket, else None."""
         if request.method != b"POST" or not RAW_BODY_TARGET.fullmatch(request.target):
             return None
-        sock = _plain_socket(self.send)
+        sock = plain_socket(self.send)
         conn = self.connection
         if sock is None or not isinstance(conn, h11.Connection):
             return None
@@ -191,54 +211,6 @@ class HijackH11Protocol(H11Protocol):
         if event.method == b"PRI" and event.target == b"*":
             raise _Refused(505)
 
-    async def _refuse(self, status: int) -> None:
-        """Answer ``status`` with ``Connection: close`` outside h11, stop writing, and read
-        and drop what the client still sends for a moment (closing at once with unread bytes
-        would reset the connection before the client reads the answer)."""
-        if self._refused_at is not None:
-            return
-        self._refused_at = trio.current_time()
-        reason = limits.REASONS.get(status, "Error")
-        body = f"{status} {reason}\n".encode()
-        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        await self.send(RawData(data=head + body))
-        sock = _plain_socket(self.send)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_WR)
-        self._wake.set()
-
-    async def _watch(self) -> None:
-        """The connection's clock: refuses a head that is overdue (408, or a silent close for
-        a new connection that never sent a byte) and ends a refused connection's linger."""
-        with self._watch_scope:
-            while True:
-                self._wake = trio.Event()
-                deadline = self._deadline()
-                with trio.move_on_at(deadline):
-                    await self._wake.wait()
-                    continue
-                await self._on_deadline()
-
-    def _deadline(self) -> float:
-        if self._refused_at is not None:
-            return self._refused_at + limits.LINGER_SECONDS
-        if self._discard_since is not None:
-            return self._discard_since + limits.LINGER_SECONDS
-        if self.raw is None and self.guard.started is not None:
-            return self.guard.started + limits.HEAD_TIMEOUT
-        return math.inf
-
-    async def _on_deadline(self) -> None:
-        if self._refused_at is not None or self._discard_since is not None:
-            await self.send(Closed())
-            await trio.sleep_forever()  # until handle(Closed) cancels the watch
-        if self.guard.size == 0:  # a connection that never sent a request
-            await self.send(Closed())
-            await trio.sleep_forever()
-        await self._refuse(408)
-
     async def stream_send(self, event: StreamEvent) -> None:
         if self.raw is not None and not isinstance(event, StreamClosed):
             return  # the view's own response after a takeover is dropped
@@ -256,8 +228,24 @@ class HijackH11Protocol(H11Protocol):
             with contextlib.suppress(ValueError):
                 event = type(event)(status_code=event.status_code, headers=event.headers,
                                     http_version=event.http_version,
-                                    reason=HTTPStatus(event.status_code).phrase.encode())
-        await super()._send_h11_event(event)
+                                    reason=_PHRASES.get(event.status_code, b""))
+        try:
+            data = self.connection.send(event)
+        except h11.LocalProtocolError:
+            if self.connection.their_state != h11.ERROR:
+                raise
+            return
+        if data is None:
+            return
+        if isinstance(event, h11.Response) and _has_length(event.headers):
+            # A head with a Content-Length goes out with its body's first bytes: one write
+            # per answer instead of two (a stream's head, without one, is never held).
+            self._held_head = data
+            return
+        if self._held_head:
+            data, self._held_head = self._held_head + data, b""
+        if data:
+            await self.send(RawData(data=data))
 
     async def _maybe_recycle(self) -> None:
         # quart-trio cancels the request nursery on http.disconnect while this runs; unshielded,
@@ -282,7 +270,7 @@ class HijackH11Protocol(H11Protocol):
                 # (closing with bytes unread would reset the connection under the answer).
                 await self._close_stream()
                 self._discard_since = trio.current_time()
-                self._wake.set()
+                self._rearm()
                 if body is not None:  # the read loop goes on, into the discarding
                     body.release()
                 await self._discard(b"")
@@ -313,7 +301,7 @@ class HijackH11Protocol(H11Protocol):
                 break
         self._discard_since = None
         self._drained = 0
-        self._wake.set()
+        self._rearm()
         if conn.their_state is not h11.DONE:
             await self.send(Closed())
             return
@@ -332,7 +320,7 @@ class HijackH11Protocol(H11Protocol):
             raise Unavailable("the request body must be read before the connection is hijacked")
         data, closed = conn.trailing_data
         self.raw = RawStream(self, data, closed)
-        self.raw.plain_socket = _plain_socket(self.send)
+        self.raw.plain_socket = plain_socket(self.send)
         self.connection = self.raw._conn  # type: ignore[assignment]
         if head is None:
             head = raw_stream_head(wants_upgrade(scope["headers"]))
@@ -341,8 +329,10 @@ class HijackH11Protocol(H11Protocol):
         return self.raw
 
 
-def install() -> None:
-    """Make hypercorn build HijackH11Protocol for HTTP/1.x connections (call before serving).
+def install(plain: PlainRoutes | None = None) -> None:
+    """Make hypercorn build HijackH11Protocol for HTTP/1.x connections (call before serving),
+    answering ``plain``'s routes directly (``svc.api.fastpath``; None: every request goes
+    through the app).
 
     Also lets hypercorn read up to 1 MiB per receive (its default is 64 KiB): image loads and
     build contexts then cost a sixteenth of the trips through h11 and the ASGI queue.
@@ -350,12 +340,7 @@ def install() -> None:
     hypercorn.protocol.H11Protocol = HijackH11Protocol  # type: ignore[attr-defined]
     hypercorn.trio.tcp_server.MAX_RECV = RECEIVE_BYTES
     HijackH11Protocol.max_connections = limits.max_connections()
-
-
-def _plain_socket(send: Any) -> Any:
-    """The connection's trio socket when it is not TLS (``send`` is TCPServer.protocol_send)."""
-    stream = getattr(getattr(send, "__self__", None), "stream", None)
-    return getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+    HijackH11Protocol.plain = plain
 
 
 def raw_body(request: Any) -> RawBody | None:

@@ -14,6 +14,7 @@ import os
 import socket
 import ssl
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -184,8 +185,23 @@ def check_tls_files(config: DaemonConfig) -> None:
             raise ServerSetupError(f"{flag}: cannot read {path}")
 
 
+class _Config(HyperConfig):
+    """hypercorn's configuration, with the headers every response gets (``Date``) made once a
+    second instead of once per response."""
+
+    _second = -1
+    _headers: list[tuple[bytes, bytes]] = []
+
+    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        now = int(time.time())
+        if now != self._second:
+            self._headers = super().response_headers(protocol)
+            self._second = now
+        return list(self._headers)
+
+
 def hypercorn_config(config: DaemonConfig) -> HyperConfig:
-    hc = HyperConfig()
+    hc = _Config()
     hc.keep_alive_timeout = NO_LIMIT
     hc.keep_alive_max_requests = NO_LIMIT
     hc.read_timeout = None

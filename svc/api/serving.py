@@ -30,7 +30,8 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config, Sockets
-from hypercorn.events import Event, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.trio import tcp_server
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -58,10 +59,57 @@ class _Count:
 OPEN = _Count()
 
 
+class IdleWatch:
+    """What hypercorn's idle timer does for svc, without a task per request.
+
+    svc never cuts idle connections, so hypercorn's timer (a task started anew after every
+    response and cancelled at every request) only ever closed an idle connection when the
+    server shuts down. One task per connection does that here: it waits for the shutdown and
+    closes the connection if it is idle then; a request in flight at that moment closes it
+    itself once answered (hypercorn's recycle sees the shutdown). ``restart`` and ``stop``
+    only mark the connection idle or busy. ``close`` ends the task, so that a connection
+    whose peer has gone can end.
+    """
+
+    def __init__(self, terminated: Any) -> None:
+        self._terminated = terminated
+        self._scope: trio.CancelScope | None = None
+        self._closed = False
+        self.idle = False
+
+    async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
+        self.idle = True
+        if self._scope is None and not self._closed:
+            self._scope = await task_group._nursery.start(self._watch, action)
+
+    async def stop(self) -> None:
+        self.idle = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.idle = False
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _watch(self, action: Callable[[], Awaitable[None]], *,
+                     task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await self._terminated.wait()
+            if self.idle:
+                await action()  # (shielded inside: closes the connection)
+
+
 class Connection(TCPServer):
-    """hypercorn's TCPServer, counted, and closed once its peer has gone."""
+    """hypercorn's TCPServer, counted, closed once its peer has gone, and without a timer
+    task per request (``IdleWatch``)."""
 
     _peer_gone = False
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.idle_watch = IdleWatch(self.context.terminated)
+        self.idle_task = self.idle_watch  # type: ignore[assignment]  # (hypercorn's name)
 
     async def run(self) -> None:
         OPEN.value += 1
@@ -71,20 +119,35 @@ class Connection(TCPServer):
             OPEN.value -= 1
 
     async def _read_data(self) -> None:
+        """hypercorn's read loop, without a cancel scope per read (svc sets no read timeout)."""
         try:
-            await super()._read_data()
+            while True:
+                try:
+                    data = await self.stream.receive_some(tcp_server.MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+                await self.protocol.handle(RawData(bytes(data)))
+                if not data:
+                    break
+            await self.protocol.handle(Closed())
         finally:
             # Nothing more can arrive: an idle connection has nothing left to wait for. A
             # request still running (a hijacked stream whose client half-closed) keeps the
             # task group, and so the socket, until it ends.
             self._peer_gone = True
-            with trio.CancelScope(shield=True):
-                await self.idle_task.stop()
+            self.idle_watch.close()
 
     async def protocol_send(self, event: Event) -> None:
-        if isinstance(event, Updated) and event.idle and self._peer_gone:
-            await self.idle_task.stop()  # a response finished after the client left
+        if isinstance(event, Updated):
+            if event.idle and self._peer_gone:
+                return  # a response finished after the client left
+            if event.idle:
+                await self.idle_watch.restart(self._task_group, self._idle_timeout)
+            else:
+                await self.idle_watch.stop()
             return
+        if isinstance(event, RawData) and not event.data:
+            return  # (an end of message that needs no bytes: a Content-Length body's)
         await super().protocol_send(event)
 
 

@@ -27,11 +27,16 @@ _VERSION_SINCE: dict[str, Version] = {"Os": (1, 18), "Arch": (1, 18), "KernelVer
                                       "BuildTime": (1, 19), "Experimental": (1, 19)}
 
 
+def json_bytes(body: WireModel | dict[str, Any] | list[Any] | None) -> bytes:
+    """A response body as svc encodes JSON: compact, one line."""
+    if isinstance(body, WireModel):
+        return body.wire()
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
 def json_response(body: WireModel | dict[str, Any] | list[Any] | None,
                   status: int = 200) -> Response:
-    data = body.wire() if isinstance(body, WireModel) else (
-        json.dumps(body, separators=(",", ":")).encode() + b"\n")
-    return Response(data, status=status, content_type="application/json")
+    return Response(json_bytes(body), status=status, content_type="application/json")
 
 
 def shape_version(v: VersionInfo, version: Version) -> dict[str, Any]:

@@ -73,6 +73,9 @@ class ContainersBackend(Protocol):
     @property
     def networks(self) -> NetworkService: ...
 
+    @property
+    def events(self) -> EventBus: ...
+
 
 class NetworksBackend(Protocol):
     """The network endpoints (connect and disconnect act on containers)."""

@@ -245,6 +245,11 @@ class EventBus:
         self.closed = False
 
     @property
+    def seq(self) -> int:
+        """How many events have been published: it changes with every event."""
+        return self._seq
+
+    @property
     def listeners(self) -> int:
         return len(self._subs)
 

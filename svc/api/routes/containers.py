@@ -16,15 +16,13 @@ from svc.api.afterresponse import after_response
 from svc.api.detachkeys import DEFAULT as DEFAULT_KEYS
 from svc.api.detachkeys import parse_detach_keys
 from svc.api.hijack import hijack
-from svc.api.params import json_body, parse_bool, qbool, qfilters, qint, qstr
+from svc.api.params import json_body, parse_bool, qbool, qint, qstr
 from svc.api.shaping import json_response
 from svc.api.streaming import respond_chunked, respond_chunked_from_thread
 from svc.api.versioning import api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ContainersBackend
 from svc.engine.containers.container import Container
-from svc.engine.containers.links import link_names
-from svc.engine.containers.listing import FILTERS, select
 from svc.engine.containers.logs import follows, log_stream, read_log
 from svc.engine.containers.service import ContainerService
 from svc.errors import InvalidParameter, NotFound
@@ -69,37 +67,6 @@ async def create() -> Response:
     assert body is not None
     c = await containers().create(body, qstr("name"))
     return json_response(CreateResponse(Id=c.id, Warnings=c.warnings), status=201)
-
-
-@bp.get("/containers/json")
-async def list_containers() -> Response:
-    svc = containers()
-    found = select(svc.all(), _backend.get().images, svc.resolve, all_=qbool("all"),
-                   limit=qint("limit"), since=qstr("since"), before=qstr("before"),
-                   filters=qfilters(FILTERS), networks_of=svc.network_names)
-    version = api_version()
-    size = qbool("size")
-    aliases = link_names(list(svc.all()))
-    out = []
-    for c in found:
-        sizes = await svc.ops.sizes(c) if size else None
-        names = [c.name, *aliases.get(c.id, [])]
-        try:
-            out.append(shapes.summary(c, _backend.get().networks, names, version, sizes))
-        except Exception:  # one misshapen record never fails the list for everyone
-            log.exception("container %s cannot be listed in full", c.id)
-            out.append(shapes.fallback_summary(c, names))
-    return json_response(out)
-
-
-@bp.get("/containers/<ref>/json")
-async def inspect(ref: str) -> Response:
-    svc = containers()
-    c = svc.resolve(ref)
-    sizes = await svc.ops.sizes(c) if qbool("size") else None
-    backend = _backend.get()
-    return json_response(shapes.inspect(c, backend.images, backend.networks, api_version(),
-                                        sizes))
 
 
 @bp.post("/containers/<ref>/start")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response
+from quart import Blueprint
 from quart_trio import QuartTrio
 
-from svc.api.shaping import json_response, shape_info, shape_version
-from svc.api.versioning import api_version
+from svc.api.fastpath import Answer, Plain, plain_route
+from svc.api.shaping import json_bytes, json_response, shape_info, shape_version
+from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import SystemBackend
 
@@ -22,17 +23,25 @@ def register(app: QuartTrio, backend: SystemBackend) -> None:
     app.register_blueprint(bp)
 
 
-@bp.route("/_ping", methods=["GET", "HEAD"])
-async def ping() -> Response:
-    resp = Response(b"OK", status=200, content_type="text/plain; charset=utf-8")
-    resp.headers["Cache-Control"] = "no-cache, no-store, must-revalidate"
-    resp.headers["Pragma"] = "no-cache"
-    return resp
+_PONG = Answer(b"OK", "text/plain; charset=utf-8", headers=[
+    ("Cache-Control", "no-cache, no-store, must-revalidate"), ("Pragma", "no-cache")])
 
 
-@bp.get("/version")
-async def version() -> Response:
-    return json_response(shape_version(_backend.get().version(), api_version()))
+@plain_route(bp, "/_ping", methods=("GET", "HEAD"))
+def ping(req: Plain) -> Answer:
+    return _PONG
+
+
+_VERSIONS: dict[Version, bytes] = {}  # the daemon's version answer does not change
+
+
+@plain_route(bp, "/version")
+def version(req: Plain) -> Answer:
+    body = _VERSIONS.get(req.version)
+    if body is None:
+        body = json_bytes(shape_version(_backend.get().version(), req.version))
+        _VERSIONS[req.version] = body
+    return Answer(body)
 
 
 @bp.get("/info")

@@ -1,0 +1,170 @@
+"""Plain routes: the answers to the bodiless GETs that clients make most, without the cost of
+an ASGI request.
+
+``/_ping`` (every docker CLI command starts with one), ``/version``, a container's inspect
+and the container list are asked for far more often than anything else, and each costs
+little to answer. Through the full stack (hypercorn's HTTP stream and a task for the app,
+quart-trio's nursery and two more tasks, Quart's request context, hooks and ``Response``)
+svc spent over a millisecond of CPU on a ``/_ping``; dockerd spends 0.12 ms.
+
+A plain route is an ordinary Quart route (``plain_route``): Quart matches and serves it as
+usual. Its view is also kept here, keyed by its endpoint, as a function of a ``Plain``
+request that returns an ``Answer`` right away (no await, so nothing to cancel). The HTTP/1.1
+protocol (``svc.api.hijack``) asks ``PlainRoutes.answer`` about each GET or HEAD without a
+body: the path is routed by the app's own URL map (Quart's routing, bound once), and when it
+names a plain route whose view answers, the answer is written directly. Anything else
+(another route, a version to refuse, a view that raises, because the answer is an error
+or needs I/O) returns None and the request goes the full way, where the same view runs under
+Quart and errors are mapped as everywhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import h11
+from hypercorn.protocol.events import EndBody
+from hypercorn.protocol.events import Event as StreamEvent
+from quart import Blueprint, Response, request
+from werkzeug.datastructures import MultiDict
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map
+
+from svc.api.versioning import Version, api_version, resolve
+from svc.errors import SvcError
+
+_PREFIX_RE = re.compile(r"^/v([0-9][^/]*)(/.*)?$")
+
+
+@dataclass
+class Plain:
+    """A bodiless request as a plain view sees it."""
+
+    version: Version
+    args: MultiDict[str, str]
+
+
+@dataclass
+class Answer:
+    """A whole response: status, content type, body and any headers of the view's own."""
+
+    body: bytes
+    content_type: str = "application/json"
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def response(self) -> Response:
+        resp = Response(self.body, status=self.status, content_type=self.content_type)
+        for name, value in self.headers:
+            resp.headers[name] = value
+        return resp
+
+
+PlainView = Callable[..., Answer]
+PlainAlternative = Callable[..., Answer | None]
+_VIEWS: dict[str, PlainAlternative] = {}
+
+
+def plain_route(bp: Blueprint, rule: str, methods: tuple[str, ...] = ("GET",)) \
+        -> Callable[[PlainView], PlainView]:
+    """Register ``view(req, **path_values) -> Answer`` as a Quart route of ``bp`` and as a
+    plain route (see the module)."""
+    def register(view: PlainView) -> PlainView:
+        async def serve(**values: Any) -> Response:
+            req = Plain(api_version(), request.args)
+            return view(req, **values).response()
+
+        serve.__name__ = view.__name__
+        bp.route(rule, methods=list(methods))(serve)
+        _VIEWS[f"{bp.name}.{view.__name__}"] = view
+        return view
+    return register
+
+
+def plain_alternative(bp: Blueprint, endpoint: str) \
+        -> Callable[[PlainAlternative], PlainAlternative]:
+    """Register ``view(req, **path_values) -> Answer | None`` as the plain form of ``bp``'s
+    route ``endpoint``, whose Quart view stays: None sends the request the full way (a
+    query the plain view does not serve, such as one that needs I/O)."""
+    def register(view: PlainAlternative) -> PlainAlternative:
+        _VIEWS[f"{bp.name}.{endpoint}"] = view
+        return view
+    return register
+
+
+def args_of(raw: str) -> MultiDict[str, str]:
+    return MultiDict(parse_qsl(raw, keep_blank_values=True)) if raw else MultiDict()
+
+
+class PlainRoutes:
+    """The plain routes of one app, routed by its URL map."""
+
+    def __init__(self, url_map: Map, common_headers: list[tuple[str, str]]) -> None:
+        self._adapter = url_map.bind("localhost")
+        self._views = dict(_VIEWS)
+        self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                        for k, v in common_headers]
+
+    def answer(self, method: bytes, target: bytes) -> tuple[int, list[tuple[bytes, bytes]],
+                                                             bytes] | None:
+        """The response to a bodiless ``method`` (GET or HEAD) of ``target``, or None for
+        the full way. Never raises."""
+        try:
+            raw_path, _, query = target.decode("latin-1").partition("?")
+            path = unquote(raw_path) if "%" in raw_path else raw_path
+            raw_version = None
+            m = _PREFIX_RE.match(path)
+            if m:
+                raw_version, path = m.group(1), m.group(2) or "/"
+            endpoint, values = self._adapter.match(path, method.decode("ascii"))
+            view = self._views.get(endpoint)
+            if view is None:
+                return None
+            answer = view(Plain(resolve(raw_version), args_of(query)), **values)
+        except (SvcError, HTTPException, UnicodeError, ValueError):
+            return None
+        if answer is None:
+            return None
+        headers = [*self._common, (b"content-type", answer.content_type.encode("latin-1")),
+                   (b"content-length", str(len(answer.body)).encode("ascii"))]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in answer.headers]
+        return answer.status, headers, answer.body
+
+
+def bodiless(headers: Any) -> bool:
+    """No body and no upgrade (h11 gives header names in lower case)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or name == b"upgrade" \
+                or (name == b"content-length" and value != b"0"):
+            return False
+    return True
+
+
+class PlainStream:
+    """The stream of a request answered by a plain route: the answer is written once h11
+    has seen the request's end, and the connection then serves its next request."""
+
+    def __init__(self, protocol: Any, method: bytes, status: int,
+                 headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self._protocol = protocol
+        self._method = method
+        self._status = status
+        self._headers = headers
+        self._body = body
+
+    async def handle(self, event: StreamEvent) -> None:
+        if not isinstance(event, EndBody):
+            return  # (no body comes; a StreamClosed needs nothing)
+        p = self._protocol
+        await p._send_h11_event(h11.Response(
+            status_code=self._status,
+            headers=[*self._headers, *p.config.response_headers("h11")]))
+        if self._method != b"HEAD" and self._body:
+            await p._send_h11_event(h11.Data(data=self._body))
+        await p._send_h11_event(h11.EndOfMessage())
+        await p._maybe_recycle()
