@@ -127,11 +127,9 @@ class Trash:
         entry stays in the trash for a later call.
         """
         path = self.path / name
-        try:
-            remove_tree(path, pace=pace)
-        except OSError as exc:
-            log.error("cannot delete %s from the trash (left for the next start): %s",
-                      path, exc)
+        remove_tree(path, ignore_errors=True, pace=pace)  # all it can, around what it cannot
+        if os.path.lexists(path):
+            log.error("cannot delete all of %s from the trash (left for the next start)", path)
             return False
         with self._lock:
             self._sizes.pop(name, None)

@@ -86,10 +86,10 @@ def test_an_entry_with_a_mount_below_is_left(tmp_path: Path,
     t = trash_at(tmp_path)
     [name] = t.throw([tree(tmp_path / "a")])
 
-    def failing(*args: object, **kwargs: object) -> None:
-        raise OSError(16, "a filesystem is mounted there")
+    def around_a_mount(*args: object, **kwargs: object) -> None:
+        assert kwargs["ignore_errors"]  # all it can; what it cannot stays
 
-    monkeypatch.setattr("svc.storage.trash.remove_tree", failing)
+    monkeypatch.setattr("svc.storage.trash.remove_tree", around_a_mount)
     assert not t.empty(name)
     assert t.entries() == [name] and t.pending().entries == 1
 
@@ -170,3 +170,23 @@ def test_leftovers_of_a_crash_go_to_the_trash_at_start(tmp_path: Path) -> None:
     s = LayerStore(root, t)
     assert s.prepare() == [str(root / "tmp-0123")]
     assert not (root / "tmp-0123").exists() and len(t.entries()) == 1
+
+
+def test_a_mount_in_an_entry_is_never_walked_into(tmp_path: Path) -> None:
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    t = trash_at(tmp_path)
+    [name] = t.throw([tree(tmp_path / "a")])
+    point = tmp_path / "trash" / name / "m"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(point)], check=True)
+    try:
+        (point / "kept").write_bytes(b"not the trash's")
+        assert not t.empty(name)
+        assert (point / "kept").read_bytes() == b"not the trash's"
+        assert sorted(os.listdir(tmp_path / "trash" / name)) == ["m"]
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert t.empty(name) and t.entries() == []
