@@ -30,6 +30,7 @@ from svc.engine.images.service import Image, ImageService
 from svc.engine.networks.overlay import Overlay
 from svc.engine.networks.service import NetworkService
 from svc.engine.registries import Registries
+from svc.engine.trash import TrashEmptier
 from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
 from svc.models.system import SystemInfo, VersionInfo
@@ -42,6 +43,7 @@ from svc.runtime.protocol import Runtime
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.engine")
 
@@ -82,7 +84,10 @@ class Engine:
         self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
         self.engine_id = ""
         self._lock = RootLock(config.root)
-        self.images = ImageService(config.root, self.store, self.events)
+        # Removed images' layers and containers' directories: deleted in the background.
+        self.trash = Trash(config.root / "trash")
+        self.trash_emptier = TrashEmptier(self.trash)
+        self.images = ImageService(config.root, self.store, self.events, self.trash)
         self.registries = Registries(config.registry)
         self.distribution = DistributionMap(config.root)
         self.pusher = Pusher(self.images, self.distribution, config.registry)
@@ -109,7 +114,7 @@ class Engine:
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove, knobs=self._probe_knobs(),
-            log_defaults=config.log_defaults)
+            log_defaults=config.log_defaults, trash=self.trash)
         self.volumes.referrers = self.containers.volume_users
         self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self.cluster = ClusterSession(config.cluster, lookup=interface_address,
@@ -123,6 +128,10 @@ class Engine:
             d.mkdir(parents=True, exist_ok=True, mode=0o711)
         self._lock.acquire()  # RootInUse if another daemon owns this root
         self.store.prepare()
+        pending = self.trash.prepare()
+        if pending.entries:
+            log.info("%d removed object(s) still to delete: deleted in the background",
+                     pending.entries)
         self.engine_id = system.load_engine_id(self.config.root)
         for collection in COLLECTIONS:
             report = self.store.load(collection)
@@ -155,6 +164,7 @@ class Engine:
             self._nursery = nursery
             await nursery.start(self.events.run)
             await nursery.start(self.downloads.run)
+            await nursery.start(keep_running, "trash emptier", self.trash_emptier.run)
             await nursery.start(keep_running, "orphan reaper", reap_orphans,
                                 self.containers.waited_pids, self.launches)
             await nursery.start(keep_running, "stats collector", self.containers.stats.run)

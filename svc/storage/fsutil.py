@@ -14,12 +14,16 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _clear(fd: int, ignore_errors: bool) -> list[str]:
+Pace = Callable[[], None] | None  # called after each entry removed (it may sleep or raise)
+
+
+def _clear(fd: int, ignore_errors: bool, pace: Pace = None) -> list[str]:
     """Unlink every non-directory in the directory ``fd``; the names of its subdirectories."""
     subdirs: list[str] = []
     with os.scandir(fd) as entries:
@@ -29,6 +33,8 @@ def _clear(fd: int, ignore_errors: bool) -> list[str]:
                     subdirs.append(entry.name)
                 else:
                     os.unlink(entry.name, dir_fd=fd)
+                    if pace is not None:
+                        pace()
             except FileNotFoundError:
                 continue
             except OSError:
@@ -37,41 +43,49 @@ def _clear(fd: int, ignore_errors: bool) -> list[str]:
     return subdirs
 
 
-def _walk_and_remove(fd: int, dev: int, ignore_errors: bool) -> int:
+def _walk_and_remove(fd: int, dev: int, ignore_errors: bool, pace: Pace = None) -> int:
     """Empty the directory ``fd`` (depth first); returns the descriptor of the same
-    directory once the walk is back at it (the caller closes it)."""
-    stack: list[tuple[str, list[str]]] = [("", _clear(fd, ignore_errors))]
-    while True:
-        name, pending = stack[-1]
-        if pending:
-            sub = pending.pop()
-            try:
-                child = os.open(sub, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
+    directory once the walk is back at it (the caller closes it). The walk owns ``fd``: on
+    an exception the descriptor it holds then (``fd`` or one below it) is closed here."""
+    try:
+        stack: list[tuple[str, list[str]]] = [("", _clear(fd, ignore_errors, pace))]
+        while True:
+            name, pending = stack[-1]
+            if pending:
+                sub = pending.pop()
+                try:
+                    child = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                if os.fstat(child).st_dev != dev:
+                    os.close(child)
+                    if not ignore_errors:
+                        raise OSError(errno.EBUSY, "a filesystem is mounted there", sub)
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((sub, _clear(fd, ignore_errors, pace)))
                 continue
-            if os.fstat(child).st_dev != dev:
-                os.close(child)
-                if not ignore_errors:
-                    raise OSError(errno.EBUSY, "a filesystem is mounted there", sub)
-                continue
+            stack.pop()
+            if not stack:
+                return fd
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
-            fd = child
-            stack.append((sub, _clear(fd, ignore_errors)))
-            continue
-        stack.pop()
-        if not stack:
-            return fd
-        parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            fd = parent
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                if not ignore_errors:
+                    raise
+            if pace is not None:
+                pace()
+    except BaseException:
         os.close(fd)
-        fd = parent
-        try:
-            os.rmdir(name, dir_fd=fd)
-        except OSError:
-            if not ignore_errors:
-                raise
+        raise
 
 
-def remove_tree(path: Path | str | bytes, *, ignore_errors: bool = False) -> None:
+def remove_tree(path: Path | str | bytes, *, ignore_errors: bool = False,
+                pace: Pace = None) -> None:
     """Remove ``path`` and everything below it; a missing path is not an error, a file or a
     symlink is unlinked (never followed). Blocking.
 
@@ -88,10 +102,7 @@ def remove_tree(path: Path | str | bytes, *, ignore_errors: bool = False) -> Non
             os.unlink(path)
             return
         fd = os.open(path, _DIR_FLAGS)
-        try:
-            fd = _walk_and_remove(fd, os.fstat(fd).st_dev, ignore_errors)
-        finally:
-            os.close(fd)
+        os.close(_walk_and_remove(fd, os.fstat(fd).st_dev, ignore_errors, pace))
         with contextlib.suppress(FileNotFoundError):
             os.rmdir(path)
     except OSError:

@@ -8,7 +8,10 @@ exists. ``<root>/l/<LINK>`` is a symlink to ``../<chain hex>/diff``, so overlay'
 stays short enough for the page-size limit even with 60+ layers (mount with ``cwd=<root>``).
 
 Layers are unpacked into ``<root>/tmp-<random>/`` and renamed into place; a crash leaves only
-``tmp-*`` directories and directories without ``layer.json``, which ``prepare`` removes. A layer
+``tmp-*`` directories and directories without ``layer.json``, which ``prepare`` discards.
+A deleted layer's directory is thrown into the daemon's trash (``svc.storage.trash``: a durable
+rename, the files deleted later in the background), so that ``rmi`` does not wait for its
+files; its chain id may be committed again at once. A layer
 laid out in place (``stage_tree``) gets its short link at once, pointing into its temp dir, so
 that an overlay can mount it before its diff id is known (a build's next step runs on it while
 it is hashed); its commit re-points that link and keeps the name.
@@ -46,6 +49,7 @@ from svc.storage.layerinfo import hex_of, remove_tree_quietly
 from svc.storage.layerproduce import describe_layer
 from svc.storage.layerscan import scan
 from svc.storage.tarlayer import apply_layer, write_layer_from_skeleton
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.storage.layers")
 
@@ -69,10 +73,12 @@ class StagedLayer:
 
 
 class LayerStore:
-    """Layers under ``root`` (``<svc --root>/overlay2``)."""
+    """Layers under ``root`` (``<svc --root>/overlay2``). Deleted and discarded trees go to
+    ``trash`` (on the same file system); without one they are deleted on the spot."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, trash: Trash | None = None) -> None:
         self.root = root
+        self.trash = trash
         self._layers: dict[str, LayerInfo] = {}
         self._lock = threading.Lock()
 
@@ -81,7 +87,7 @@ class LayerStore:
     def prepare(self) -> list[str]:
         """Create the directories, remove what a crash left, load the committed layers
         (``layerscan.scan``); returns the paths discarded."""
-        found, discarded = scan(self.root)
+        found, discarded = scan(self.root, self._discard)
         with self._lock:
             self._layers = found
         return discarded
@@ -273,27 +279,53 @@ class LayerStore:
 
     # -- deleting ---------------------------------------------------------------------------
 
-    def delete(self, chain_id: str) -> None:
-        """Remove a layer. layer.json goes first, so a crash part-way leaves an uncommitted
-        directory that ``prepare`` removes.
+    def delete(self, *chain_ids: str) -> None:
+        """Remove layers (an image's unused ones at once: one durable step for all).
+
+        With a trash, each layer's directory is renamed into it and the renames made durable
+        together; the store forgets the layers at once and their files are deleted in the
+        background. Without one, layer.json goes first (a crash part-way leaves an
+        uncommitted directory that ``prepare`` removes), then the files.
 
         Raises:
-          NotFound: no such layer. Conflict: another layer has it as parent.
+          NotFound: no such layer. Conflict: a layer not deleted with it has it as parent.
+          Nothing is deleted then.
         """
+        doomed = set(chain_ids)
         with self._lock:
-            info = self._layers.get(chain_id)
-            if info is None:
-                raise NotFound(f"no such layer: {chain_id}")
-            if any(other.parent == chain_id for other in self._layers.values()):
-                raise Conflict(f"layer {chain_id} is the parent of another layer")
-            layer_dir = self.root / hex_of(chain_id)
-            atomic_remove(layer_dir / "layer.json")
-            del self._layers[chain_id]
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.root / LINK_DIR / info.link)
-            doomed = self.root / f"{TEMP_PREFIX}deleted-{secrets.token_hex(8)}"
-            os.rename(layer_dir, doomed)
-        remove_tree_quietly(doomed)
+            infos = []
+            for chain_id in chain_ids:
+                info = self._layers.get(chain_id)
+                if info is None:
+                    raise NotFound(f"no such layer: {chain_id}")
+                if any(other.parent == chain_id and other.chain_id not in doomed
+                       for other in self._layers.values()):
+                    raise Conflict(f"layer {chain_id} is the parent of another layer")
+                infos.append(info)
+            dirs = [self.root / hex_of(info.chain_id) for info in infos]
+            if self.trash is None:
+                for layer_dir in dirs:
+                    atomic_remove(layer_dir / "layer.json")
+            for info in infos:
+                del self._layers[info.chain_id]
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.root / LINK_DIR / info.link)
+            if self.trash is not None:
+                self.trash.throw(dirs, [info.size for info in infos])
+                return
+            doomed_dirs = [self.root / f"{TEMP_PREFIX}deleted-{secrets.token_hex(8)}"
+                           for _ in dirs]
+            for layer_dir, doomed_dir in zip(dirs, doomed_dirs, strict=True):
+                os.rename(layer_dir, doomed_dir)
+        for doomed_dir in doomed_dirs:
+            remove_tree_quietly(doomed_dir)
+
+    def _discard(self, path: Path) -> None:
+        """A tree that is no committed layer (what a crash left), gone."""
+        if self.trash is not None:
+            self.trash.throw([path])
+        else:
+            remove_tree_quietly(path)
 
 
 def _point_link(link: Path, target: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from svc.storage.layerinfo import (
@@ -27,10 +28,12 @@ from svc.storage.layerinfo import (
 log = logging.getLogger("svc.storage.layers")
 
 
-def scan(root: Path) -> tuple[dict[str, LayerInfo], list[str]]:
+def scan(root: Path, discard: Callable[[Path], None] = remove_tree_quietly
+         ) -> tuple[dict[str, LayerInfo], list[str]]:
     """The committed layers under ``root`` by chain id, and the paths discarded: ``tmp-*``
     directories, layer directories without a valid ``layer.json`` (or whose parent is gone),
-    and short links to no committed layer."""
+    and short links to no committed layer. ``discard`` takes those directories away (the
+    layer store's throws them into the trash)."""
     (root / LINK_DIR).mkdir(parents=True, exist_ok=True, mode=0o700)
     discarded: list[str] = []
     found: dict[str, LayerInfo] = {}
@@ -41,13 +44,13 @@ def scan(root: Path) -> tuple[dict[str, LayerInfo], list[str]]:
         if info is not None:
             found[info.chain_id] = info
         elif entry.name.startswith(TEMP_PREFIX) or HEX.fullmatch(entry.name):
-            remove_tree_quietly(entry)
+            discard(entry)
             discarded.append(str(entry))
         else:
             log.warning("leaving unknown entry %s alone", entry)
     for orphan in _orphans(found):
         del found[orphan]
-        remove_tree_quietly(root / hex_of(orphan))
+        discard(root / hex_of(orphan))
         discarded.append(str(root / hex_of(orphan)))
     discarded += _sweep_links(root, found)
     return found, discarded

@@ -27,6 +27,7 @@ from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
 from svc.runtime.protocol import ContainerNotFound, Runtime, RuntimeFailure
 from svc.storage.fsutil import remove_tree
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.engine.containers")
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -39,13 +40,15 @@ class ContainerRestore:
 
     def __init__(self, registry: ContainerRegistry, runtime: Runtime, runner: Runner,
                  root: Path, save: Callable[[Container], Awaitable[None]],
-                 finish_remove: Callable[[Container], Awaitable[None]]) -> None:
+                 finish_remove: Callable[[Container], Awaitable[None]],
+                 trash: Trash | None = None) -> None:
         self.registry = registry
         self.runtime = runtime
         self.runner = runner
         self.dir = root
         self.save = save
         self.finish_remove = finish_remove
+        self.trash = trash
 
     def load(self, records: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> None:
         """Load the records (blocking, before serving); damaged ones are skipped. Container
@@ -71,7 +74,10 @@ class ContainerRestore:
                          and _CONTAINER_ID.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
         for path in leftovers:
             log.warning("removing %s: a container directory without a record", path)
-            remove_tree(path, ignore_errors=True)
+            if self.trash is not None and not mounts_under(Path(path)):
+                self.trash.throw([Path(path)], durable=False)  # deleted in the background
+            else:
+                remove_tree(path, ignore_errors=True)
 
     async def restore(self, nursery: trio.Nursery) -> None:
         """After a crash or a restart: no container runs without a supervisor. Ones that were

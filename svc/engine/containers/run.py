@@ -39,11 +39,13 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
+from svc.runtime.mounts import mounts_under
 from svc.runtime.process import ContainerPipes, Launches, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.spec import cgroups_path
 from svc.storage.fsutil import remove_tree
 from svc.storage.securejoin import mkdir_all
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -72,8 +74,9 @@ class Runner:
                  launches: Launches, facts: HostFacts, exec_root: Path, cgroup_parent: str,
                  save: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
-                 resolve: Callable[[str], Container]) -> None:
+                 resolve: Callable[[str], Container], trash: Trash | None = None) -> None:
         self.runtime = runtime
+        self.trash = trash  # removed containers' directories, deleted in the background
         self.cgroups = cgroups
         self.images = images
         self.overlay = Overlay(images)
@@ -352,8 +355,15 @@ class Runner:
             or self.cgroups.exists(self.cgroup_of(c))
 
     def remove_files(self, c: Container) -> None:
-        """Blocking: the container's directory and its OCI bundle, gone."""
+        """Blocking: the OCI bundle (a few small files) deleted, the container's directory
+        (its logs, its rootfs's changes) thrown into the trash, to be deleted in the
+        background. Called once its record is gone, so the throw needs no fsync. A tree with
+        something still mounted in it is never moved: it is deleted here around the mount
+        (``remove_tree`` never walks into one), as before the trash."""
         remove_tree(self.bundle_dir(c), ignore_errors=True)
+        if self.trash is not None and not mounts_under(c.dir):
+            self.trash.throw([c.dir], durable=False)
+            return
         remove_tree(c.dir, ignore_errors=True)
 
 def _alive(pid: int) -> bool:

@@ -57,6 +57,7 @@ from svc.runtime.cgroups import CgroupV1, Knobs
 from svc.runtime.process import Launches
 from svc.runtime.protocol import Runtime
 from svc.storage.fsutil import remove_tree
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -76,7 +77,8 @@ class ContainerService:
                  save: Callable[[Container], Awaitable[None]],
                  delete: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
-                 knobs: Knobs | None, log_defaults: LogDefaults | None = None) -> None:
+                 knobs: Knobs | None, log_defaults: LogDefaults | None = None,
+                 trash: Trash | None = None) -> None:
         self.dir = root / "containers"
         self.log_defaults = log_defaults or LogDefaults()
         self.images = images
@@ -88,7 +90,8 @@ class ContainerService:
         self.runner = Runner(runtime=runtime, cgroups=cgroups, images=images, events=events,
                              volumes=volumes, networks=networks, launches=launches, facts=facts,
                              exec_root=exec_root, cgroup_parent=cgroup_parent, save=save,
-                             auto_remove=auto_remove, resolve=self.registry.resolve)
+                             auto_remove=auto_remove, resolve=self.registry.resolve,
+                             trash=trash)
         self.fs = ContainerFS(self.runner, images, runtime)
         self.execs = ExecService(self.runner, runtime, launches, facts)
         self.stats = StatsService(self.runner, cgroups)
@@ -97,7 +100,7 @@ class ContainerService:
         self.ops = ContainerOps(runtime, cgroups, images, self.runner, self.fs, knobs, save)
         self.lifecycle = Lifecycle(runtime, self.runner, save)
         self.restorer = ContainerRestore(self.registry, runtime, self.runner, self.dir,
-                                         save, self._finish_remove)
+                                         save, self._finish_remove, trash)
 
     @property
     def containers(self) -> dict[str, Container]:

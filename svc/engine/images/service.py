@@ -27,6 +27,7 @@ from svc.storage.imagestore import ConfigStore
 from svc.storage.layers import LayerInfo, LayerStore, StagedLayer
 from svc.storage.refs import RefStore
 from svc.storage.store import ObjectStore
+from svc.storage.trash import Trash
 from svc.wire import reference
 from svc.wire.timefmt import parse_timestamp_ns
 
@@ -72,12 +73,13 @@ class Image:
 
 
 class ImageService:
-    def __init__(self, root: Path, store: ObjectStore, events: EventBus) -> None:
+    def __init__(self, root: Path, store: ObjectStore, events: EventBus,
+                 trash: Trash | None = None) -> None:
         self.root = root
         self.store = store
         self.events = events
         self.configs = ConfigStore(root)
-        self.layers = LayerStore(root / "overlay2")
+        self.layers = LayerStore(root / "overlay2", trash)  # deleted layers: to the trash
         self.refstore = RefStore(root)
         self.images: dict[str, Image] = {}
         self.repos: dict[str, dict[str, str]] = {}
@@ -127,10 +129,11 @@ class ImageService:
                       for repo, refs in self.refstore.load().items()}
         self.repos = {k: v for k, v in self.repos.items() if v}
         used = {c for img in self.images.values() for c in img.chain}
-        for layer in self.layers.list():
-            if layer.chain_id not in used:
-                log.warning("removing layer %s: no image uses it", layer.chain_id)
-                self.layers.delete(layer.chain_id)
+        unused = [layer.chain_id for layer in self.layers.list() if layer.chain_id not in used]
+        for chain_id in unused:
+            log.warning("removing layer %s: no image uses it", chain_id)
+        if unused:
+            self.layers.delete(*unused)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -344,15 +347,18 @@ class ImageService:
         return await self._delete_unused(list(reversed(chain)))
 
     async def _delete_unused(self, candidates: list[str]) -> list[str]:
-        gone = []
+        """Delete the ``candidates`` (children before parents) no image uses or pins, in one
+        step (their files go to the trash: this takes two fsyncs, not a walk)."""
+        gone: list[str] = []
         with trio.CancelScope(shield=True):
             async with self.layer_lock:
                 used = {c for i in self.images.values() for c in i.chain} | set(self.pins)
                 for chain_id in candidates:
                     if chain_id not in used and chain_id not in gone \
                             and self.layers.get(chain_id) is not None:
-                        await trio.to_thread.run_sync(self.layers.delete, chain_id)
                         gone.append(chain_id)
+                if gone:
+                    await trio.to_thread.run_sync(lambda: self.layers.delete(*gone))
         return gone
 
     async def delete_image(self, image: Image) -> list[dict[str, str]]:
