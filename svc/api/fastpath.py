@@ -21,12 +21,13 @@ Quart and errors are mapped as everywhere else.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import h11
+import trio
 from hypercorn.protocol.events import EndBody
 from hypercorn.protocol.events import Event as StreamEvent
 from quart import Blueprint, Response, request
@@ -65,7 +66,7 @@ class Answer:
 
 
 PlainView = Callable[..., Answer]
-PlainAlternative = Callable[..., Answer | None]
+PlainAlternative = Callable[..., "Answer | Streamer | None"]
 _VIEWS: dict[str, PlainAlternative] = {}
 
 
@@ -87,9 +88,9 @@ def plain_route(bp: Blueprint, rule: str, methods: tuple[str, ...] = ("GET",)) \
 
 def plain_alternative(bp: Blueprint, endpoint: str) \
         -> Callable[[PlainAlternative], PlainAlternative]:
-    """Register ``view(req, **path_values) -> Answer | None`` as the plain form of ``bp``'s
-    route ``endpoint``, whose Quart view stays: None sends the request the full way (a
-    query the plain view does not serve, such as one that needs I/O)."""
+    """Register ``view(req, **path_values) -> Answer | Streamer | None`` as the plain form
+    of ``bp``'s route ``endpoint``, whose Quart view stays: None sends the request the full
+    way (a query the plain view does not serve, such as one that needs I/O)."""
     def register(view: PlainAlternative) -> PlainAlternative:
         _VIEWS[f"{bp.name}.{endpoint}"] = view
         return view
@@ -100,17 +101,38 @@ def args_of(raw: str) -> MultiDict[str, str]:
     return MultiDict(parse_qsl(raw, keep_blank_values=True)) if raw else MultiDict()
 
 
+@dataclass
+class Streamer:
+    """A plain view's stream: ``run(raw, head)`` is given the connection once it is taken
+    over and writes ``head`` (a chunked 200 that closes the connection) itself, after
+    whatever must happen before the client sees it (an events subscription)."""
+
+    run: Callable[[Any, bytes], Awaitable[None]]
+    content_type: str = "application/json"
+
+
+@dataclass
+class Reply:
+    """What the protocol writes for a plain route: an answer, or a stream's head and run."""
+
+    status: int = 200
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    body: bytes = b""
+    stream: Streamer | None = None
+    head: bytes = b""
+
+
 class PlainRoutes:
     """The plain routes of one app, routed by its URL map."""
 
     def __init__(self, url_map: Map, common_headers: list[tuple[str, str]]) -> None:
         self._adapter = url_map.bind("localhost")
         self._views = dict(_VIEWS)
+        self._common_text = common_headers
         self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                         for k, v in common_headers]
 
-    def answer(self, method: bytes, target: bytes) -> tuple[int, list[tuple[bytes, bytes]],
-                                                             bytes] | None:
+    def answer(self, method: bytes, target: bytes) -> Reply | None:
         """The response to a bodiless ``method`` (GET or HEAD) of ``target``, or None for
         the full way. Never raises."""
         try:
@@ -129,11 +151,19 @@ class PlainRoutes:
             return None
         if answer is None:
             return None
+        if isinstance(answer, Streamer):
+            return Reply(stream=answer, head=self._stream_head(answer.content_type))
         headers = [*self._common, (b"content-type", answer.content_type.encode("latin-1")),
                    (b"content-length", str(len(answer.body)).encode("ascii"))]
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
                     for k, v in answer.headers]
-        return answer.status, headers, answer.body
+        return Reply(answer.status, headers, answer.body)
+
+    def _stream_head(self, content_type: str) -> bytes:
+        lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",
+                 "Transfer-Encoding: chunked", "Connection: close",
+                 *(f"{k}: {v}" for k, v in self._common_text)]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def bodiless(headers: Any) -> bool:
@@ -146,25 +176,38 @@ def bodiless(headers: Any) -> bool:
 
 
 class PlainStream:
-    """The stream of a request answered by a plain route: the answer is written once h11
-    has seen the request's end, and the connection then serves its next request."""
+    """The stream of a request answered by a plain route: once h11 has seen the request's
+    end, the answer is written and the connection serves its next request; or, for a
+    plain stream, the connection is taken over and the stream runs in the connection's task
+    group until it ends or the client goes (then the connection closes)."""
 
-    def __init__(self, protocol: Any, method: bytes, status: int,
-                 headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    def __init__(self, protocol: Any, method: bytes, reply: Reply) -> None:
         self._protocol = protocol
         self._method = method
-        self._status = status
-        self._headers = headers
-        self._body = body
+        self._reply = reply
 
     async def handle(self, event: StreamEvent) -> None:
         if not isinstance(event, EndBody):
             return  # (no body comes; a StreamClosed needs nothing)
-        p = self._protocol
+        p, reply = self._protocol, self._reply
+        if reply.stream is not None:
+            raw = await p.hijack({"headers": []}, b"")
+            p.task_group.spawn(self._run, reply.stream, raw)
+            return
         await p._send_h11_event(h11.Response(
-            status_code=self._status,
-            headers=[*self._headers, *p.config.response_headers("h11")]))
-        if self._method != b"HEAD" and self._body:
-            await p._send_h11_event(h11.Data(data=self._body))
+            status_code=reply.status,
+            headers=[*reply.headers, *p.config.response_headers("h11")]))
+        if self._method != b"HEAD" and reply.body:
+            await p._send_h11_event(h11.Data(data=reply.body))
         await p._send_h11_event(h11.EndOfMessage())
         await p._maybe_recycle()
+
+    async def _run(self, stream: Streamer, raw: Any) -> None:
+        try:
+            await stream.run(raw, self._reply.head)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went
+        finally:
+            with trio.CancelScope(shield=True):
+                await raw.aclose()
+                await self._protocol._maybe_recycle()  # the connection closes

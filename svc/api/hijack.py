@@ -174,7 +174,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
                 # (answered, and h11 idle again, before ``handle`` could see the head end)
                 self.guard.head_done()
                 self._rearm()
-                self.stream = PlainStream(self, request.method, *answer)  # type: ignore
+                self.stream = PlainStream(self, request.method, answer)  # type: ignore
                 self.keep_alive_requests += 1
                 return
         body = self._raw_body_for(request)

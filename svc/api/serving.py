@@ -5,9 +5,9 @@ hypercorn's ``worker_serve`` is replaced by ``serve`` for two reasons found in u
 - **A connection whose peer has gone must close.** hypercorn keeps an idle keep-alive
   connection's socket until its idle timer fires; svc never cuts idle connections (client
   pools break when a daemon does), so that timer never fired and every connection a client
-  closed while idle (each ``docker version``) stayed open for ever. ``Connection`` stops the
-  idle timer once the client's EOF (or a reset) is read, and never restarts it after, so the
-  connection's task group ends and the socket is closed.
+  closed while idle (each ``docker version``) stayed open for ever. ``Connection`` has no
+  timer task (``IdleFlag``): once the client's EOF (or a reset) is read and no request runs,
+  the connection's task group ends and the socket is closed.
 - **Running out of descriptors is survived.** trio's own accept loop logs a traceback ten
   times a second while ``accept`` fails with EMFILE and answers nothing. ``serve`` keeps one
   descriptor in reserve: with none left it lets the reserve go, accepts the waiting
@@ -54,50 +54,30 @@ class _Count:
 
     def __init__(self) -> None:
         self.value = 0
+        self.connections: set[Connection] = set()
 
 
 OPEN = _Count()
 
 
-class IdleWatch:
-    """What hypercorn's idle timer does for svc, without a task per request.
+class IdleFlag:
+    """What hypercorn's idle timer does for svc, without a task per connection or request.
 
     svc never cuts idle connections, so hypercorn's timer (a task started anew after every
     response and cancelled at every request) only ever closed an idle connection when the
-    server shuts down. One task per connection does that here: it waits for the shutdown and
-    closes the connection if it is idle then; a request in flight at that moment closes it
-    itself once answered (hypercorn's recycle sees the shutdown). ``restart`` and ``stop``
-    only mark the connection idle or busy. ``close`` ends the task, so that a connection
-    whose peer has gone can end.
+    server shuts down. Here ``restart`` and ``stop`` only mark the connection idle or busy,
+    and ``serve`` closes the connections that are idle when it shuts down
+    (``Connection.close_if_idle``); one answering a request then closes itself once it has
+    answered (hypercorn's recycle sees the shutdown).
     """
 
-    def __init__(self, terminated: Any) -> None:
-        self._terminated = terminated
-        self._scope: trio.CancelScope | None = None
-        self._closed = False
-        self.idle = False
+    idle = False
 
     async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
         self.idle = True
-        if self._scope is None and not self._closed:
-            self._scope = await task_group._nursery.start(self._watch, action)
 
     async def stop(self) -> None:
         self.idle = False
-
-    def close(self) -> None:
-        self._closed = True
-        self.idle = False
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def _watch(self, action: Callable[[], Awaitable[None]], *,
-                     task_status: trio.TaskStatus[trio.CancelScope]) -> None:
-        with trio.CancelScope() as scope:
-            task_status.started(scope)
-            await self._terminated.wait()
-            if self.idle:
-                await action()  # (shielded inside: closes the connection)
 
 
 class Connection(TCPServer):
@@ -108,15 +88,23 @@ class Connection(TCPServer):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.idle_watch = IdleWatch(self.context.terminated)
-        self.idle_task = self.idle_watch  # type: ignore[assignment]  # (hypercorn's name)
+        self.idle_flag = IdleFlag()
+        self.idle_task = self.idle_flag  # type: ignore[assignment]  # (hypercorn's name)
 
     async def run(self) -> None:
         OPEN.value += 1
+        OPEN.connections.add(self)
         try:
             await super().run()
         finally:
             OPEN.value -= 1
+            OPEN.connections.discard(self)
+
+    async def close_if_idle(self) -> None:
+        """At shutdown: close the connection if it is between requests."""
+        if self.idle_flag.idle and not self._peer_gone:
+            with trio.CancelScope(shield=True):
+                await self._initiate_server_close()
 
     async def _read_data(self) -> None:
         """hypercorn's read loop, without a cancel scope per read (svc sets no read timeout)."""
@@ -135,16 +123,10 @@ class Connection(TCPServer):
             # request still running (a hijacked stream whose client half-closed) keeps the
             # task group, and so the socket, until it ends.
             self._peer_gone = True
-            self.idle_watch.close()
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
-            if event.idle and self._peer_gone:
-                return  # a response finished after the client left
-            if event.idle:
-                await self.idle_watch.restart(self._task_group, self._idle_timeout)
-            else:
-                await self.idle_watch.stop()
+            self.idle_flag.idle = event.idle
             return
         if isinstance(event, RawData) and not event.data:
             return  # (an end of message that needs no bytes: a Content-Length body's)
@@ -289,6 +271,8 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                     accepting.cancel_scope.cancel()
             finally:
                 await context.terminated.set()
+                for conn in list(OPEN.connections):
+                    server_nursery.start_soon(conn.close_if_idle)
                 server_nursery.cancel_scope.deadline = trio.current_time() + \
                     config.graceful_timeout
         await lifespan.wait_for_shutdown()

@@ -159,21 +159,27 @@ async def respond_chunked(chunks: Chunks, *, content_type: str,
     except BaseException:
         await _close(chunks)
         raise
+    if taken is not None:
+        taken(raw)
+    try:
+        await stream_over(raw, chunks, send_buffer=send_buffer)
+    finally:
+        await raw.aclose()
+    return Response(b"")
+
+
+async def stream_over(raw: RawStream, chunks: Chunks, *, send_buffer: int | None = None) -> None:
+    """Send ``chunks`` chunked over a taken-over connection whose head is out (see
+    ``respond_chunked``; a plain stream's view calls this itself)."""
     if send_buffer is None:
         raw.grow_send_buffer()
     else:
         raw.shrink_send_buffer(send_buffer)
-    if taken is not None:
-        taken(raw)
-    try:
-        if isinstance(chunks, AbstractAsyncContextManager):
-            async with chunks as iterator:
-                await send_chunks(raw, iterator)
-        else:
-            await send_chunks(raw, chunks)
-    finally:
-        await raw.aclose()
-    return Response(b"")
+    if isinstance(chunks, AbstractAsyncContextManager):
+        async with chunks as iterator:
+            await send_chunks(raw, iterator)
+    else:
+        await send_chunks(raw, chunks)
 
 
 async def respond_chunked_from_thread(chunks: Iterator[bytes], *, content_type: str) -> Response:

@@ -6,12 +6,14 @@ from collections.abc import AsyncGenerator
 
 import pydantic_core
 import trio
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
+from werkzeug.datastructures import MultiDict
 
-from svc.api.params import qfilters, qstr
+from svc.api.fastpath import Plain, Streamer, plain_alternative
+from svc.api.params import Filters, parse_filters
 from svc.api.rawstream import RawStream
-from svc.api.streaming import respond_chunked
+from svc.api.streaming import respond_chunked, stream_over
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import EventsBackend
@@ -89,14 +91,24 @@ def encode(ev: Event, shape: str) -> bytes:
     return data
 
 
-def _time_param(name: str) -> int | None:
-    raw = qstr(name)
+def _time_param(args: MultiDict[str, str], name: str) -> int | None:
+    raw = args.get(name)
     if raw is None or raw == "":
         return None
     try:
         return parse_timestamp_ns(raw)
     except ValueError as exc:
         raise InvalidParameter(f"invalid value for {name}: {exc}") from None
+
+
+def _params(args: MultiDict[str, str], version: Version) -> tuple[Filters, int | None,
+                                                                 int | None]:
+    """The filters, ``since`` and ``until`` of a request (InvalidParameter naming a bad one)."""
+    filters = parse_filters(args.get("filters"), allowed_filters(version))
+    since, until = _time_param(args, "since"), _time_param(args, "until")
+    if version < (1, 22):
+        filters["type"] = ["container", "image"]  # the only kinds the old shape can express
+    return filters, since, until
 
 
 async def _chunks(sub: Subscription, shape: str) -> AsyncGenerator[bytes, None]:
@@ -116,10 +128,7 @@ async def _chunks(sub: Subscription, shape: str) -> AsyncGenerator[bytes, None]:
 @bp.get("/events")
 async def events() -> Response:
     version = api_version()
-    filters = qfilters(allowed_filters(version))
-    since, until = _time_param("since"), _time_param("until")
-    if version < (1, 22):
-        filters["type"] = ["container", "image"]  # the only kinds the old shape can express
+    filters, since, until = _params(request.args, version)
     # Subscribe before the headers go out: nothing published from here on is missed.
     sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
     try:
@@ -135,6 +144,29 @@ async def events() -> Response:
         return response
     finally:
         sub.close()  # also when the stream never started
+
+
+@plain_alternative(bp, "events")
+def events_plain(req: Plain) -> Streamer:
+    """The same stream, opened by the protocol (``svc.api.fastpath``): a client that opens
+    many streams at once pays for no ASGI request each."""
+    filters, since, until = _params(req.args, req.version)
+
+    async def run(raw: RawStream, head: bytes) -> None:
+        sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
+        try:
+            await raw.send_all(head)  # subscribed first: nothing published after is missed
+            async with trio.open_nursery() as nursery:
+                cut = trio.Event()
+                sub.on_cut = cut.set
+                nursery.start_soon(_abort_when_stuck, cut, [raw])
+                await stream_over(raw, _chunks(sub, wire_shape(req.version)),
+                                  send_buffer=SEND_BUFFER)
+                nursery.cancel_scope.cancel()
+        finally:
+            sub.close()
+
+    return Streamer(run)
 
 
 async def _abort_when_stuck(cut: trio.Event, conn: list[RawStream]) -> None:
