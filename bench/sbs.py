@@ -40,6 +40,7 @@ class Metric:
     vs_ref: Target | None = None
     note: str = ""
     higher: bool = False
+    burn: bool = True  # judged under contention (not for untimed setup figures)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ class Row:
 
     @property
     def burn_status(self) -> str:
+        if not self.metric.burn:
+            return "-"
         return _judge(Target("<=", BURN_FACTOR), self.burn_factor("svc"))
 
     def to_json(self) -> dict[str, Any]:
@@ -201,9 +204,9 @@ def as_benchmark(spec: Spec) -> Callable[[Context], Outcome]:
                                       note=m.note))
             if row.svc_burn is not None:
                 bound = row.svc / BURN_FACTOR if m.higher else row.svc * BURN_FACTOR
+                target = Target(">=" if m.higher else "<=", bound) if m.burn else None
                 out.figures.append(Figure(spec.name, f"{m.label}, 2 burners", row.svc_burn,
-                                          m.unit, Target(">=" if m.higher else "<=", bound),
-                                          note=f"idle {row.svc:.3g} {m.unit}"))
+                                          m.unit, target, note=f"idle {row.svc:.3g} {m.unit}"))
         return out
 
     run.__doc__ = spec.summary
