@@ -4,6 +4,8 @@ same medians under two CPU burners, beside each engine's idle value (burn/idle).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bench.report import fmt
 from bench.sbs import BURN_FACTOR, Row
 
@@ -20,7 +22,7 @@ def _status(s: str) -> str:
     return {"OK": "OK", "MISS": "MISS <<<", "-": ""}[s]
 
 
-def _render(headers: tuple[str, ...], body: list[tuple[str, ...]], right: set[int]) -> str:
+def _render(headers: tuple[str, ...], body: Sequence[tuple[str, ...]], right: set[int]) -> str:
     rows = [headers, *body]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
     lines = []
