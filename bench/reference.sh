@@ -7,7 +7,9 @@
 #   bench/reference.sh stop       # stops it, checks for leftovers, removes $REF_DIR
 #
 # Everything lives under $REF_DIR: data root, exec root (containerd's state included), socket,
-# pid file, log, an empty config file (the host's /etc/docker/daemon.json is never read).
+# pid file, log, key, a config file of its own (the host's /etc/docker/daemon.json is never
+# read). Only the empty run dirs /run/docker/plugins and /run/containerd/s are made elsewhere
+# (fixed paths); stop removes them.
 # The host's network is left alone: no iptables rules, no docker0 bridge, no ip_forward
 # change, no userland proxy. Containers get their cgroups under /svc-bench-ref.
 set -eu
@@ -30,7 +32,8 @@ start() {
         echo "note: a containerd is running at /run/containerd; dockerd will use it" >&2
     fi
     mkdir -p "$REF_DIR/root" "$REF_DIR/exec"
-    echo '{}' > "$REF_DIR/daemon.json"
+    # the libtrust key would go to /etc/docker/key.json otherwise
+    printf '{"deprecated-key-path": "%s/key.json"}\n' "$REF_DIR" > "$REF_DIR/daemon.json"
     # setsid: its own session, so a terminal's Ctrl-C does not reach it
     setsid dockerd \
         --config-file "$REF_DIR/daemon.json" \
@@ -104,12 +107,14 @@ stop() {
         find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done
     rm -rf "$REF_DIR"
+    # run dirs dockerd and containerd make in fixed places (plugins, shim sockets), if empty
+    rmdir /run/containerd/s /run/containerd /run/docker/plugins /run/docker 2>/dev/null || true
     left=""
     grep -q " $REF_DIR" /proc/self/mounts && left="$left mounts"
     ip link show docker0 >/dev/null 2>&1 && left="$left docker0"
     iptables -S 2>/dev/null | grep -qi docker && left="$left iptables"
     iptables -t nat -S 2>/dev/null | grep -qi docker && left="$left iptables-nat"
-    pgrep -x containerd-shim-runc-v2 >/dev/null && left="$left shims"
+    pgrep -x containerd-shim >/dev/null && left="$left shims"
     if [ -n "$left" ]; then
         echo "reference engine stopped; LEFT BEHIND:$left" >&2
         exit 1
