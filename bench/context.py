@@ -18,6 +18,8 @@ class Context:
     workdir: Path
     daemon: ServerProcess
     scale: float = 1.0
+    rounds: int = 3  # side-by-side benchmarks: rounds per engine (and phase)
+    contention: bool = False  # side-by-side benchmarks: again with two CPU burners
     ran: list[str] = field(default_factory=list)
     shared: dict[str, Any] = field(default_factory=dict)
     cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import os
 import signal
 import subprocess
 import time
@@ -87,7 +88,8 @@ class ServerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
-BENCH_BIP = "10.199.0.1/16"  # a subnet of the run's own
+# A subnet of the run's own; SVC_BENCH_BIP picks another one when two runs share a machine.
+BENCH_BIP = os.environ.get("SVC_BENCH_BIP", "10.199.0.1/16")
 
 
 def check_subnet_free() -> None:
@@ -100,8 +102,9 @@ def check_subnet_free() -> None:
     mine = ipaddress.IPv4Network(BENCH_BIP, strict=False)
     if any(net.overlaps(mine) for net in host_subnets()):
         raise RuntimeError(f"{mine}, the bench's own subnet, is on this host already (a bridge "
-                           "an earlier run left? `ip -br addr | grep 10.199.`): remove it "
-                           "first, or wait for the other run to end")
+                           f"an earlier run left? `ip -br addr | grep {mine.network_address}`): "
+                           "remove it first, wait for the other run to end, or give the run "
+                           "another subnet (SVC_BENCH_BIP=10.198.0.1/16)")
 
 
 def bench_bridge(workdir: Path) -> str:

@@ -1,6 +1,10 @@
 """Run svc's benchmarks and print each figure beside its target.
 
-    python bench/run.py [--scale F] [--list] [NAME ...]
+    python bench/run.py [--scale F] [--list] [--rounds N] [--contention] [NAME ...]
+    python bench/run.py --reference SOCKET [--reference-pid PID] [...] [NAME ...]
+
+With ``--reference``, only the side-by-side benchmarks run (``bench.sidebyside``): each against
+svcd and against the engine on SOCKET in alternating rounds, with ratios.
 
 One svcd (``tests.support.testd``: svcd plus probe routes) is started with all of its state in a
 fresh temporary directory; the chosen benchmarks (all by default) run against it in a fixed
@@ -20,6 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +43,15 @@ from bench import (  # noqa: E402
     bench_removal,
     bench_requests,
     bench_rss,
+    bench_sbs_api,
+    bench_sbs_work,
     bench_scale,
     bench_soak,
     bench_streams,
     procs,
     report,
+    sbs,
+    sidebyside,
 )
 from bench.context import Benchmark, Context  # noqa: E402
 from bench.harness import REPO, Figure  # noqa: E402
@@ -68,6 +77,10 @@ BENCHMARKS = [
     Benchmark("overlay", bench_overlay.overlay),
     Benchmark("rss_after", bench_rss.rss_after),
 ]
+# Side by side with a reference engine (--reference), or against svcd alone; after rss_after,
+# so the figures above are taken as before (these leave 500 containers until the run's end).
+SIDE_BY_SIDE = [*bench_sbs_api.SPECS, *bench_sbs_work.SPECS]
+BENCHMARKS += [Benchmark(spec.name, sbs.as_benchmark(spec)) for spec in SIDE_BY_SIDE]
 BY_NAME = {b.name: b for b in BENCHMARKS}
 LOG_MARKS = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback")
 
@@ -79,12 +92,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply event and request counts (e.g. 0.1 for a quick check)")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--reference", type=Path, metavar="SOCKET",
+                   help="run the side-by-side benchmarks against svcd and the engine on this "
+                        "unix socket (e.g. /tmp/ref/docker.sock from bench/reference.sh)")
+    p.add_argument("--reference-pid", type=int, metavar="PID",
+                   help="the reference daemon's pid (default: the socket's owner)")
+    p.add_argument("--reference-containerd-pid", type=int, metavar="PID",
+                   help="its containerd's pid (default: the daemon's child named containerd)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="side-by-side benchmarks: rounds per engine (default 3)")
+    p.add_argument("--contention", action="store_true",
+                   help="side-by-side benchmarks: run every round again with two CPU burners")
     args = p.parse_args(argv)
-    unknown = [n for n in args.names if n not in BY_NAME]
+    known = [s.name for s in SIDE_BY_SIDE] if args.reference else list(BY_NAME)
+    unknown = [n for n in args.names if n not in known]
     if unknown:
-        p.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+        p.error(f"unknown benchmark(s){' for --reference' if args.reference else ''}: "
+                f"{', '.join(unknown)}; known: {', '.join(known)}")
     if args.scale <= 0:
         p.error("--scale must be positive")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     return args
 
 
@@ -137,23 +165,33 @@ def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any
             "log_warning_count": len(log_lines)}
 
 
-def run_all(chosen: list[Benchmark], scale: float, doc: dict[str, Any],
-            figures: list[Figure], failed: dict[str, str]) -> None:
+def with_daemon(args: argparse.Namespace, doc: dict[str, Any],
+                body: Callable[[Context], None]) -> None:
+    """Start svcd in a fresh temp dir, run ``body``, then the cleanups, stop svcd, check."""
     procs.check_subnet_free()
     with tempfile.TemporaryDirectory(prefix="svc-bench-", dir="/tmp") as tmp:
         workdir = Path(tmp)
         doc["workdir"] = tmp
         daemon = procs.daemon(workdir)
         try:
-            ctx = Context(workdir, daemon, scale)
+            ctx = Context(workdir, daemon, args.scale, rounds=args.rounds,
+                          contention=args.contention)
             with ctx.cleanup:
                 say(f"starting svcd in {tmp}")
                 daemon.start()
-                for bench in chosen:
-                    run_one(ctx, bench, doc, figures, failed)
+                body(ctx)
         finally:
             doc["daemon"] = shutdown_report(daemon, workdir)
     doc["workdir_removed"] = not Path(tmp).exists()
+
+
+def run_all(chosen: list[Benchmark], args: argparse.Namespace, doc: dict[str, Any],
+            figures: list[Figure], failed: dict[str, str]) -> None:
+    def body(ctx: Context) -> None:
+        for bench in chosen:
+            run_one(ctx, bench, doc, figures, failed)
+
+    with_daemon(args, doc, body)
 
 
 def daemon_notes(doc: dict[str, Any]) -> list[str]:
@@ -197,13 +235,16 @@ def main(argv: list[str]) -> int:
         for b in BENCHMARKS:
             print(f"{b.name:16} {b.summary}")
         return 0
-    chosen = [b for b in BENCHMARKS if not args.names or b.name in args.names]
     doc: dict[str, Any] = {"started": report.now_iso(), "host": report.host_info(),
                            "scale": args.scale, "benchmarks": {}, "warnings": []}
+    if args.reference:
+        specs = [s for s in SIDE_BY_SIDE if not args.names or s.name in args.names]
+        return sidebyside.main(args, specs, doc, with_daemon, daemon_notes)
+    chosen = [b for b in BENCHMARKS if not args.names or b.name in args.names]
     figures: list[Figure] = []
     failed: dict[str, str] = {}
     try:
-        run_all(chosen, args.scale, doc, figures, failed)
+        run_all(chosen, args, doc, figures, failed)
     except Exception as exc:  # svcd did not start, or could not be stopped
         failed["(setup)"] = f"{type(exc).__name__}: {exc}"
         doc["error"] = traceback.format_exc()
