@@ -103,10 +103,13 @@ def read_all(streams: list[Stream], events: int, action: str, timeout: float) ->
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
+            # every ready socket read (and its arrival noted) before any is parsed: the
+            # parsing of one subscriber's bytes never delays the arrival time of the next
+            got = []
             for key, _ in sel.select(timeout=left):
-                s = key.data
-                data = s.sock.recv(65536)
-                now = time.time_ns()
+                data = key.data.sock.recv(65536)
+                got.append((key.data, data, time.time_ns()))
+            for s, data, now in got:
                 if data:
                     s.feed(data, now, action)
                 else:

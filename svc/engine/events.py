@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 import trio
 
+from svc.engine.fanout import DirectWriter, FanOut
+
 log = logging.getLogger("svc.events")
 
 REPLAY_EVENTS = 1024
@@ -153,6 +155,9 @@ class Subscription:
         # all): the bus itself cuts such a laggard off, and calls ``on_cut``.
         self.sending = False
         self.on_cut: Callable[[], None] | None = None
+        # Set by a consumer that can write without waiting: the bus's fan-out then writes
+        # its events while it is caught up (``svc.engine.fanout``).
+        self.direct: DirectWriter | None = None
 
     def wants(self, ev: Event) -> bool:
         if self.since_ns is not None and ev.time_nano < self.since_ns:
@@ -208,10 +213,16 @@ class Subscription:
             if self.cursor == bus._seq:
                 if not self.live:
                     return
+                held = self.direct is not None and bus.fanout.running
                 with trio.move_on_at(deadline) as scope:
-                    await bus._lot.park()
+                    if held:
+                        await bus.fanout.hold(self)
+                    else:
+                        await bus._lot.park()
                 if scope.cancelled_caught:
                     return  # until reached
+                if held:
+                    yield []  # handed back: the consumer writes what its writer kept
                 continue
             if bus._seq - self.cursor > SUBSCRIBER_LAG:
                 self.cut_off()
@@ -242,6 +253,7 @@ class EventBus:
         self._lot = trio.lowlevel.ParkingLot()
         self._subs: list[Subscription] = []
         self._pending: deque[Event] = deque(maxlen=keep)  # not yet persisted (newest only)
+        self.fanout = FanOut()
         self.closed = False
 
     @property
@@ -283,6 +295,7 @@ class EventBus:
             self._pending.append(ev)
         if self._lot:
             self._lot.unpark_all()
+        self.fanout.poke()
         return ev
 
     def subscribe(self, filters: Mapping[str, Iterable[str]] | None = None, *,
@@ -314,9 +327,19 @@ class EventBus:
         for sub in [s for s in self._subs if s.sending and s.cursor < limit]:
             sub.cut_off()
 
+    def take(self, sub: Subscription) -> list[Event]:
+        """``sub``'s events from its cursor to the newest, filtered; the cursor moves past
+        them (for the fan-out, which only holds subscribers that are caught up)."""
+        batch = self._log[sub.cursor - self._base:]
+        sub.cursor = self._seq
+        if sub.filter or sub.since_ns is not None or sub.until_ns is not None:
+            batch = [ev for ev in batch if sub.wants(ev)]
+        return batch
+
     def _discard(self, sub: Subscription) -> None:
         with contextlib.suppress(ValueError):
             self._subs.remove(sub)
+        self.fanout.release(sub)
         if self._lot:
             self._lot.unpark_all()
 
@@ -326,21 +349,25 @@ class EventBus:
         for sub in list(self._subs):
             sub.end(reason)
         self._lot.unpark_all()
+        self.fanout.release_all()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Persist pending events in batches until cancelled; a final flush on the way out.
+        """Persist pending events in batches until cancelled, a final flush on the way out;
+        and run the fan-out (``svc.engine.fanout``).
 
         Cancellation: the last batch is written in a shielded scope, so events published before
         shutdown are on disk when the daemon exits.
         """
-        task_status.started()
-        try:
-            while True:
-                await trio.sleep(FLUSH_INTERVAL)
-                await self.flush()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.flush()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.fanout.run, self)
+            task_status.started()
+            try:
+                while True:
+                    await trio.sleep(FLUSH_INTERVAL)
+                    await self.flush()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.flush()
 
     async def flush(self) -> None:
         """Append what was published since the last flush (at most the newest ``keep``)."""

@@ -1,0 +1,98 @@
+"""The bus's fan-out (svc.engine.fanout): caught-up subscribers with a direct writer get
+their events from one task; a writer that cannot take a batch hands its subscriber back to
+its own task, with nothing lost, repeated or reordered."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from svc.engine.events import Event, EventBus, Subscription
+
+
+class Writer:
+    """A direct writer that takes ``room`` batches, then refuses (a full socket)."""
+
+    def __init__(self, room: int = 1 << 30) -> None:
+        self.room = room
+        self.got: list[str] = []
+        self.refused: list[str] = []  # what the task must deliver instead (the "rest")
+
+    def __call__(self, batch: list[Event]) -> bool:
+        ids = [ev.actor_id for ev in batch]
+        if self.room <= 0:
+            self.refused += ids
+            return False
+        self.room -= 1
+        self.got += ids
+        return True
+
+
+async def consume(sub: Subscription, writer: Writer, out: list[str]) -> None:
+    """A consumer as the events route is one: writes the refused rest, then its batches."""
+    async for batch in sub.batches():
+        out += writer.refused
+        writer.refused = []
+        out += [ev.actor_id for ev in batch]
+
+
+async def test_direct_subscribers_get_every_event_from_the_fan_out() -> None:
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        writers, outs = [Writer() for _ in range(20)], [[] for _ in range(20)]
+        for w, out in zip(writers, outs, strict=True):
+            sub = bus.subscribe()
+            sub.direct = w
+            nursery.start_soon(consume, sub, w, out)
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(50):
+            bus.publish("container", "start", f"c{i}")
+            if i % 7 == 0:
+                await trio.lowlevel.checkpoint()
+        await trio.testing.wait_all_tasks_blocked()
+        for w, out in zip(writers, outs, strict=True):
+            assert w.got == [f"c{i}" for i in range(50)] and out == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_write_hands_the_subscriber_back_in_order() -> None:
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        w, out = Writer(room=2), []
+        sub = bus.subscribe({"type": ["container"]})
+        sub.direct = w
+        nursery.start_soon(consume, sub, w, out)
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(6):
+            bus.publish("container", "die", f"c{i}")
+            bus.publish("image", "tag", f"i{i}")  # filtered out
+            await trio.testing.wait_all_tasks_blocked()
+        # two batches went directly; the third was refused and the task delivered it; the
+        # task then waited with the others held again (and refused again: room is 0)
+        assert w.got == ["c0", "c1"]
+        assert out + w.refused == ["c2", "c3", "c4", "c5"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_closing_the_bus_releases_held_subscribers() -> None:
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        sub = bus.subscribe()
+        sub.direct = Writer()
+        ended = trio.Event()
+
+        async def run() -> None:
+            async for _ in sub.batches():
+                pass
+            ended.set()
+
+        nursery.start_soon(run)
+        await trio.testing.wait_all_tasks_blocked()
+        bus.close()
+        with trio.fail_after(2):
+            await ended.wait()
+        assert sub.error == "the daemon is shutting down"
+        nursery.cancel_scope.cancel()
