@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -39,6 +40,11 @@ from svc.api.versioning import Version, api_version, resolve
 from svc.errors import SvcError
 
 _PREFIX_RE = re.compile(r"^/v([0-9][^/]*)(/.*)?$")
+# a request head of visible ASCII, spaces, tabs and line ends only; a header name a token
+_SIMPLE_HEAD = re.compile(rb"[\x21-\x7e][\x20-\x7e\t\r\n]*")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
+PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
 @dataclass
@@ -158,6 +164,41 @@ class PlainRoutes:
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
+
+    def quick(self, data: bytes, date: bytes) -> bytes | None:
+        """The whole response to ``data`` when it is exactly one simple request head (HTTP/1.1,
+        GET or HEAD, a Host, no body, no upgrade, nothing but keep-alive for Connection) of a
+        plain route that answers; else None, and h11 parses it as usual (and refuses what is
+        malformed). This skips h11 and hypercorn's events for the requests clients repeat
+        most. ``date`` is the ``Date`` header's value."""
+        if not data.endswith(b"\r\n\r\n") or not _SIMPLE_HEAD.fullmatch(data):
+            return None
+        lines = data[:-4].split(b"\r\n")
+        request_line = lines[0].split(b" ")
+        if len(request_line) != 3 or request_line[2] != b"HTTP/1.1" \
+                or request_line[0] not in (b"GET", b"HEAD"):
+            return None
+        method, target = request_line[0], request_line[1]
+        host = False
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not _TOKEN.fullmatch(name):
+                return None
+            low = name.lower()
+            if low in _NOT_PLAIN:
+                return None
+            if low == b"content-length" and value.strip() != b"0":
+                return None
+            if low == b"connection" and value.strip().lower() != b"keep-alive":
+                return None
+            host = host or low == b"host"
+        reply = self.answer(method, target) if host else None
+        if reply is None or reply.stream is not None:
+            return None
+        head = [b"HTTP/1.1 %d %s" % (reply.status, PHRASES.get(reply.status, b"")),
+                *(b"%s: %s" % pair for pair in reply.headers), b"date: " + date]
+        out = b"\r\n".join(head) + b"\r\n\r\n"
+        return out if method == b"HEAD" else out + reply.body
 
     def _stream_head(self, content_type: str) -> bytes:
         lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",

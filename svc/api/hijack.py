@@ -31,7 +31,6 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable
 from functools import partial
-from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -44,7 +43,7 @@ from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.api import limits, serving
-from svc.api.fastpath import PlainRoutes, PlainStream, bodiless
+from svc.api.fastpath import PHRASES, PlainRoutes, PlainStream, bodiless
 from svc.api.heads import raw_stream_head, wants_upgrade
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
@@ -75,9 +74,6 @@ class _HijackTaskGroup:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-_PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
 def _has_length(headers: Any) -> bool:
@@ -152,6 +148,8 @@ class HijackH11Protocol(Refusals, H11Protocol):
             if status is not None:
                 await self._refuse(status)
                 return
+            if self.guard.complete and await self._quick(event.data, conn):
+                return
         try:
             await super().handle(event)
         except _Refused as refused:
@@ -164,6 +162,22 @@ class HijackH11Protocol(Refusals, H11Protocol):
         if parsed and self.guard.started is not None:
             self.guard.head_done()
             self._rearm()
+
+    async def _quick(self, data: bytes, conn: h11.Connection) -> bool:
+        """Answer a simple request of a plain route without h11 (``PlainRoutes.quick``); h11
+        stays idle for the next request. False: h11 takes it as usual."""
+        plain = HijackH11Protocol.plain
+        if plain is None or conn.our_state is not h11.IDLE or conn.trailing_data[0] \
+                or self.context.terminated.is_set():
+            return False
+        date = self.config.response_headers("h11")[0][1]
+        reply = plain.quick(data, date)
+        if reply is None:
+            return False
+        self.guard.head_done()
+        self._rearm()
+        await self.send(RawData(data=reply))
+        return True
 
     async def _create_stream(self, request: h11.Request) -> None:
         plain = HijackH11Protocol.plain
@@ -228,7 +242,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
             with contextlib.suppress(ValueError):
                 event = type(event)(status_code=event.status_code, headers=event.headers,
                                     http_version=event.http_version,
-                                    reason=_PHRASES.get(event.status_code, b""))
+                                    reason=PHRASES.get(event.status_code, b""))
         try:
             data = self.connection.send(event)
         except h11.LocalProtocolError:
