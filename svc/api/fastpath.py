@@ -126,6 +126,7 @@ class Reply:
     body: bytes = b""
     stream: Streamer | None = None
     head: bytes = b""
+    wire: bytes = b""  # the whole response, when written without h11 (``PlainRoutes.quick``)
 
 
 class PlainRoutes:
@@ -165,7 +166,7 @@ class PlainRoutes:
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
 
-    def quick(self, data: bytes, date: bytes) -> bytes | None:
+    def quick(self, data: bytes, date: bytes) -> Reply | None:
         """The whole response to ``data`` when it is exactly one simple request head (HTTP/1.1,
         GET or HEAD, a Host, no body, no upgrade, nothing but keep-alive for Connection) of a
         plain route that answers; else None, and h11 parses it as usual (and refuses what is
@@ -194,11 +195,12 @@ class PlainRoutes:
             host = host or low == b"host"
         reply = self.answer(method, target) if host else None
         if reply is None or reply.stream is not None:
-            return None
+            return reply
         head = [b"HTTP/1.1 %d %s" % (reply.status, PHRASES.get(reply.status, b"")),
                 *(b"%s: %s" % pair for pair in reply.headers), b"date: " + date]
         out = b"\r\n".join(head) + b"\r\n\r\n"
-        return out if method == b"HEAD" else out + reply.body
+        reply.wire = out if method == b"HEAD" else out + reply.body
+        return reply
 
     def _stream_head(self, content_type: str) -> bytes:
         lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",
@@ -232,8 +234,7 @@ class PlainStream:
             return  # (no body comes; a StreamClosed needs nothing)
         p, reply = self._protocol, self._reply
         if reply.stream is not None:
-            raw = await p.hijack({"headers": []}, b"")
-            p.task_group.spawn(self._run, reply.stream, raw)
+            self.start(await p.hijack({"headers": []}, b""))
             return
         await p._send_h11_event(h11.Response(
             status_code=reply.status,
@@ -242,6 +243,12 @@ class PlainStream:
             await p._send_h11_event(h11.Data(data=reply.body))
         await p._send_h11_event(h11.EndOfMessage())
         await p._maybe_recycle()
+
+    def start(self, raw: Any) -> None:
+        """Run the plain stream on the taken-over connection ``raw``, in the connection's
+        task group."""
+        assert self._reply.stream is not None
+        self._protocol.task_group.spawn(self._run, self._reply.stream, raw)
 
     async def _run(self, stream: Streamer, raw: Any) -> None:
         try:

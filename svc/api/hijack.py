@@ -176,7 +176,11 @@ class HijackH11Protocol(Refusals, H11Protocol):
             return False
         self.guard.head_done()
         self._rearm()
-        await self.send(RawData(data=reply))
+        if reply.stream is not None:  # taken over at once: h11 never saw the request
+            await self.send(Updated(idle=False))
+            PlainStream(self, b"GET", reply).start(await self.hijack({"headers": []}, b""))
+            return True
+        await self.send(RawData(data=reply.wire))
         return True
 
     async def _create_stream(self, request: h11.Request) -> None:
@@ -329,8 +333,10 @@ class HijackH11Protocol(Refusals, H11Protocol):
         conn = self.connection
         if self.raw is not None or not isinstance(conn, h11.Connection):
             raise Unavailable("this connection has already been taken over")
-        # MUST_CLOSE: the request said "Connection: close" (its body is read all the same)
-        if conn.their_state not in (h11.DONE, h11.MUST_CLOSE, h11._state.MIGHT_SWITCH_PROTOCOL):
+        # MUST_CLOSE: the request said "Connection: close" (its body is read all the same);
+        # IDLE: a plain stream taken over before h11 parsed its request (``_quick``)
+        if conn.their_state not in (h11.DONE, h11.MUST_CLOSE, h11._state.MIGHT_SWITCH_PROTOCOL,
+                                    h11.IDLE):
             raise Unavailable("the request body must be read before the connection is hijacked")
         data, closed = conn.trailing_data
         self.raw = RawStream(self, data, closed)
