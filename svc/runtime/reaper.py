@@ -31,12 +31,15 @@ is read (``orphan_zombies``), as it was at every SIGCHLD before.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import trio
+
+log = logging.getLogger("svc.runtime.reaper")
 
 POLL = 0.01  # seconds between looks at a zombie whose waiter has not run yet
 STUCK = 100  # looks after which such a zombie is taken to hide others: /proc is read
@@ -174,7 +177,10 @@ class OrphanReaper:
                 continue
             blocker, looks = pid, looks + 1 if pid == blocker else 1
             if pid in self.stuck or looks > STUCK:
-                self.stuck.add(pid)
+                if pid not in self.stuck:
+                    log.info("zombie child %d is reaped by nobody: the orphans behind it are "
+                             "looked for in /proc at each exit until it goes", pid)
+                    self.stuck.add(pid)
                 await self.scan()
                 return
             await trio.sleep(POLL)
