@@ -162,6 +162,8 @@ class OrphanReaper:
 
         From ``wait_idle`` to the reap there is no checkpoint, so no launch can begin in
         between: a zombie untracked then is no launch's.
+
+        Cancellation: a checkpoint; the orphans not reached yet stay zombies for the next pass.
         """
         my_sid = os.getsid(0)
         blocker, looks = 0, 0
@@ -188,7 +190,10 @@ class OrphanReaper:
     async def scan(self) -> None:
         """Read the status of every process for orphans a stuck zombie hides, and reap them;
         the scan is done again if a launch began while it ran (its process could be among
-        those found)."""
+        those found).
+
+        Cancellation: a checkpoint; cancelled, nothing is reaped (the scan's thread finishes
+        on its own, reading only)."""
         while True:
             seen = await self.launches.wait_idle()
             self.scans += 1
