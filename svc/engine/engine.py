@@ -38,8 +38,9 @@ from svc.network.ifaddr import interface_address
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.process import Launches, host_capabilities, reap_orphans, set_subreaper
+from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
+from svc.runtime.reaper import Launches, reap_orphans
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore

@@ -3,8 +3,9 @@
 The daemon is a child subreaper (``set_subreaper``), so a container's init, orphaned when
 ``runc create`` exits, is re-parented to it; ``wait_pid`` then waits for it through a pidfd and
 reaps exactly that pid. Nothing here reaps with ``waitpid(-1)``, which would steal the exit status
-of trio's own subprocesses. A container init that is *not* our child (the daemon restarted) cannot
-be reaped: ``wait_pid`` raises ``ChildProcessError`` once it has exited.
+of trio's own subprocesses (``reaper`` reaps the orphans nobody waits for, one known pid at a
+time). A container init that is *not* our child (the daemon restarted) cannot be reaped:
+``wait_pid`` raises ``ChildProcessError`` once it has exited.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import signal
 import socket
 import struct
 import termios
-from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,101 +79,6 @@ async def wait_pid(pid: int) -> int:
                 return exit_code(result)
     finally:
         os.close(fd)
-
-
-def orphan_zombies(tracked: Collection[int], proc: Path = Path("/proc")) -> list[int]:
-    """Exited children of this process that came from containers and that nobody waits for.
-
-    A subreaper inherits the orphans of a container that shares the host's pid namespace
-    (with its own namespace, the container's init adopts them). They are told apart from the
-    daemon's own children (runc, mount...) by their session: runc's init starts a new one.
-    ``tracked`` are the pids ``wait_pid`` is waiting for (container inits, execs).
-    """
-    me, my_sid = os.getpid(), os.getsid(0)
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        # fields: state ppid pgrp session ...
-        if fields[0] == "Z" and int(fields[1]) == me and int(fields[3]) != my_sid:
-            pid = int(entry.name)
-            if pid not in tracked:
-                found.append(pid)
-    return found
-
-
-class Launches:
-    """Container processes being started whose pids nobody tracks yet.
-
-    Between runc starting a process (an exec's command, a container's init) and the engine
-    recording its pid, the process may already have exited and, once runc is gone, be a
-    zombie child of the daemon that no tracked pid names. Its exit code belongs to its
-    supervisor, so the orphan reaper waits until no launch is in flight and scans again if
-    one began during its scan. (A steady stream of overlapping launches only delays it.)
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.generation = 0  # launches begun so far
-        self._idle = trio.Event()
-        self._idle.set()
-
-    @contextlib.contextmanager
-    def launching(self) -> Iterator[None]:
-        """Hold the reaper off from entry until the pid is recorded (the block's end)."""
-        self.count += 1
-        self.generation += 1
-        if self.count == 1:
-            self._idle = trio.Event()
-        try:
-            yield
-        finally:
-            self.count -= 1
-            if not self.count:
-                self._idle.set()
-
-    async def wait_idle(self) -> int:
-        """Wait until no launch is in flight; returns the generation seen then."""
-        while self.count:
-            await self._idle.wait()
-        return self.generation
-
-
-def any_exited_child() -> bool:
-    """Whether some child of this process has exited and is not reaped yet (none is reaped
-    here). Most SIGCHLDs are runc's processes and container inits that their own waiters
-    reaped at once; without such a child, a scan of /proc (a file read per process on the
-    host) can find nothing."""
-    try:
-        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # no children at all
-        return False
-
-
-async def reap_orphans(tracked: Callable[[], Collection[int]], launches: Launches, *,
-                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Reap container orphans re-parented to the daemon, on each SIGCHLD (until cancelled).
-
-    The zombies found are reaped only if no launch began while the scan ran (its process
-    could be among them); otherwise the scan is done again.
-    """
-    with trio.open_signal_receiver(signal.SIGCHLD) as signals:
-        task_status.started()
-        async for _ in signals:
-            await trio.sleep(0.05)  # let a burst of exits arrive together
-            while True:
-                seen = await launches.wait_idle()
-                pids = await trio.to_thread.run_sync(orphan_zombies, set(tracked())) \
-                    if any_exited_child() else []
-                if not launches.count and launches.generation == seen:
-                    break
-            for pid in pids:  # no checkpoint from the check to here: nothing can start
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - a zombie: returns at once
 
 
 def host_capabilities(status: Path = Path("/proc/self/status")) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import trio
@@ -53,6 +54,42 @@ async def exec_run(d: Daemon, exec_id: str, stdin: bytes | None = None,
             buf += chunk
     await s.aclose()
     return bytes(buf)
+
+
+def zombie_children(pid: int) -> list[int]:
+    """Exited, unreaped children of ``pid`` (read from every process's status)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_pid_host_exec_orphans_are_reaped_and_its_code_kept(
+        cdaemon: Daemon, api: httpx.AsyncClient) -> None:
+    """In a container of the host's pid namespace, an exec's own children outlive it and
+    are re-parented to the daemon (a subreaper), which reaps them when they exit; the
+    exec's exit code is still its supervisor's. Repeated: each exec's process may exit
+    before runc does (the reaper must leave it alone until its pid is known)."""
+    assert cdaemon.proc is not None
+    cid = await running(api, HostConfig={"PidMode": "host"})
+    for _ in range(5):
+        eid = await exec_create(api, cid, ["sh", "-c", "sleep 0.2 & sleep 0.3 & exit 3"])
+        await exec_run(cdaemon, eid)
+        assert (await api.get(f"/exec/{eid}/json")).json()["ExitCode"] == 3
+        eid = await exec_create(api, cid, ["true"])
+        await exec_run(cdaemon, eid)
+        assert (await api.get(f"/exec/{eid}/json")).json()["ExitCode"] == 0
+    with trio.fail_after(5):
+        while zombie_children(cdaemon.proc.pid):
+            await trio.sleep(0.05)
+    await trio.sleep(0.5)
+    assert zombie_children(cdaemon.proc.pid) == []
 
 
 async def test_exec_output_exit_codes_and_inspect(cdaemon: Daemon,

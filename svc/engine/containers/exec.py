@@ -35,8 +35,9 @@ from svc.engine.containers.spec import HostFacts
 from svc.engine.containers.state import State, require
 from svc.engine.containers.userdb import resolve_user
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
-from svc.runtime.process import ContainerPipes, Launches, open_pipes, wait_pid
+from svc.runtime.process import ContainerPipes, open_pipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
+from svc.runtime.reaper import Launches
 from svc.runtime.spec import ALL_CAPABILITIES
 from svc.wire.stdcopy import STDERR, STDOUT, encode_frame
 

@@ -40,8 +40,9 @@ from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.mounts import mounts_under
-from svc.runtime.process import ContainerPipes, Launches, open_pipes
+from svc.runtime.process import ContainerPipes, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
+from svc.runtime.reaper import Launches
 from svc.runtime.spec import cgroups_path
 from svc.storage.fsutil import remove_tree
 from svc.storage.securejoin import mkdir_all

@@ -54,8 +54,8 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.process import Launches
 from svc.runtime.protocol import Runtime
+from svc.runtime.reaper import Launches
 from svc.storage.fsutil import remove_tree
 from svc.storage.trash import Trash
 
