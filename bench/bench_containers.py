@@ -148,17 +148,23 @@ def _runc_floor(workdir: Path) -> list[float]:
     return times
 
 
-def _cycle(c: Client, mode: str = "none") -> float:
-    """create+start+wait+remove of a ``true`` container with NetworkMode ``mode``."""
-    body = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": mode}}
-    t0 = time.perf_counter()
+def run_to_exit(c: Client, body: dict[str, Any]) -> str:
+    """Create a container from ``body``, start it and wait for its exit; its id."""
     status, raw = c.call("POST", "/v1.23/containers/create", body)
     _check(status, raw, 201, "create")
-    cid = json.loads(raw)["Id"]
+    cid: str = json.loads(raw)["Id"]
     status, raw = c.call("POST", f"/v1.23/containers/{cid}/start")
     _check(status, raw, 204, "start")
     status, raw = c.call("POST", f"/v1.23/containers/{cid}/wait")
     _check(status, raw, 200, "wait")
+    return cid
+
+
+def _cycle(c: Client, mode: str = "none") -> float:
+    """create+start+wait+remove of a ``true`` container with NetworkMode ``mode``."""
+    body = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": mode}}
+    t0 = time.perf_counter()
+    cid = run_to_exit(c, body)
     status, raw = c.call("DELETE", f"/v1.23/containers/{cid}")
     _check(status, raw, 204, "remove")
     return time.perf_counter() - t0

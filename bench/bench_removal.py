@@ -15,7 +15,6 @@ that ran, with and without a disk writer beside them.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from bench import bench_images as bimg
 from bench.bench_containers import IMAGE as BUSYBOX
-from bench.bench_containers import Client, _check, _import_busybox
+from bench.bench_containers import Client, _check, _import_busybox, run_to_exit
 from bench.context import Context
 from bench.harness import Figure, Outcome, Target, call, wait_until
 from tests.support import images as timg
@@ -145,17 +144,7 @@ class _DiskWriter:
 def _ran_containers(c: Client, n: int) -> list[str]:
     body = {"Image": BUSYBOX, "HostConfig": {"NetworkMode": "none"},
             "Cmd": ["sh", "-c", "mkdir /data && for i in $(seq 200); do echo $i > /data/$i; done"]}
-    ids = []
-    for _ in range(n):
-        status, raw = c.call("POST", "/v1.23/containers/create", body)
-        _check(status, raw, 201, "create")
-        cid = json.loads(raw)["Id"]
-        status, raw = c.call("POST", f"/v1.23/containers/{cid}/start")
-        _check(status, raw, 204, "start")
-        status, raw = c.call("POST", f"/v1.23/containers/{cid}/wait")
-        _check(status, raw, 200, "wait")
-        ids.append(cid)
-    return ids
+    return [run_to_exit(c, body) for _ in range(n)]
 
 
 def _remove_each(c: Client, ids: list[str]) -> list[float]:

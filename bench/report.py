@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,17 @@ def _row(f: Figure) -> tuple[str, ...]:
 
 
 def table(figures: list[Figure], failed: dict[str, str]) -> str:
-    rows = [HEADERS] + [_row(f) for f in figures]
-    rows += [(name, "(benchmark failed)", "", "", "", "FAILED", msg.splitlines()[0][:60])
+    body = [_row(f) for f in figures]
+    body += [(name, "(benchmark failed)", "", "", "", "FAILED", msg.splitlines()[0][:60])
              for name, msg in failed.items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
-    right = {2, 3}  # numbers
+    return render(HEADERS, body, right={2, 3})
+
+
+def render(headers: Sequence[str], body: Sequence[Sequence[str]], *, right: set[int]) -> str:
+    """A plain-text table: ``headers``, a rule, then ``body``; the columns in ``right``
+    (numbers) aligned right."""
+    rows = [headers, *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
     lines = []
     for n, r in enumerate(rows):
         cells = [c.rjust(w) if i in right else c.ljust(w)
@@ -101,3 +108,13 @@ def write_results(doc: dict[str, Any]) -> Path:
     path.write_text(text)
     (RESULTS_DIR / "latest.json").write_text(text)
     return path
+
+
+def print_tail(doc: dict[str, Any], failed: dict[str, str], path: Path) -> None:
+    """What follows a run's table: its notes, the failures, the verdict and the results."""
+    print()
+    for line in doc["notes"]:
+        print(f"note: {line}")
+    for name, msg in failed.items():
+        print(f"FAILED {name}: {msg}")
+    print(f"\n{doc['verdict']}\nresults: {path}")

@@ -221,12 +221,7 @@ def print_report(doc: dict[str, Any], figures: list[Figure], failed: dict[str, s
                  path: Path) -> None:
     print()
     print(report.table(figures, failed))
-    print()
-    for line in doc["notes"]:
-        print(f"note: {line}")
-    for name, msg in failed.items():
-        print(f"FAILED {name}: {msg}")
-    print(f"\n{doc['verdict']}\nresults: {path.relative_to(REPO)}")
+    report.print_tail(doc, failed, path.relative_to(REPO))
 
 
 def main(argv: list[str]) -> int:

@@ -4,9 +4,7 @@ same medians under two CPU burners, beside each engine's idle value (burn/idle).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from bench.report import fmt
+from bench.report import fmt, render
 from bench.sbs import BURN_FACTOR, Row
 
 
@@ -22,24 +20,11 @@ def _status(s: str) -> str:
     return {"OK": "OK", "MISS": "MISS <<<", "-": ""}[s]
 
 
-def _render(headers: tuple[str, ...], body: Sequence[tuple[str, ...]], right: set[int]) -> str:
-    rows = [headers, *body]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
-    lines = []
-    for n, r in enumerate(rows):
-        cells = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def idle_table(rows: list[Row]) -> str:
     headers = ("benchmark", "metric", "svc", "reference", "svc/ref", "target", "status")
     body = [(r.bench, r.metric.label, _num(r.svc, r.metric.unit), _num(r.ref, r.metric.unit),
              _ratio(Row.ratio(r.svc, r.ref)), r.target, _status(r.status)) for r in rows]
-    return _render(headers, body, {2, 3, 4})
+    return render(headers, body, right={2, 3, 4})
 
 
 def burn_table(rows: list[Row]) -> str:
@@ -50,7 +35,7 @@ def burn_table(rows: list[Row]) -> str:
              _ratio(r.burn_factor("ref")), _ratio(Row.ratio(r.svc_burn, r.ref_burn)),
              _status(r.burn_status))
             for r in rows if r.svc_burn is not None]
-    return _render(headers, body, {2, 3, 4, 5, 6})
+    return render(headers, body, right={2, 3, 4, 5, 6})
 
 
 def verdict(rows: list[Row], failed: dict[str, str]) -> str:

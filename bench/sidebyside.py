@@ -81,10 +81,5 @@ def main(args: argparse.Namespace, specs: list[Spec], doc: dict[str, Any],
     doc["verdict"] = sbs_report.verdict(all_rows, failed)
     path = report.write_results(doc)
     sbs_report.print_tables(all_rows, args.contention)
-    print()
-    for line in doc["notes"]:
-        print(f"note: {line}")
-    for name, msg in failed.items():
-        print(f"FAILED {name}: {msg}")
-    print(f"\n{doc['verdict']}\nresults: {path.relative_to(REPO)}")
+    report.print_tail(doc, failed, path.relative_to(REPO))
     return 1 if failed else 0

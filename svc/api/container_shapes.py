@@ -123,19 +123,15 @@ def _host_config(c: Container) -> dict[str, Any]:
 
 def inspect(c: Container, images: ImageService, nets: NetworkService, version: Version,
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
-    image = images.images.get(c.image_id)
-    graph = images.graph_data(image) if image is not None else {}
-    graph = dict(graph, UpperDir=str(c.upper_dir), WorkDir=str(c.work_dir),
-                 MergedDir=str(c.rootfs))
-    body = ContainerInspect(
+    # (constructed, not validated: every field is svc's own, already of its type)
+    body = ContainerInspect.model_construct(
         Id=c.id, Created=timestamp(c.created_ns), Path=c.path, Args=c.args,
-        State=state_body(c), Image=c.image_id, ResolvConfPath=str(c.resolv_conf_path),
-        HostnamePath=str(c.hostname_path), HostsPath=str(c.hosts_path),
-        LogPath=str(c.log_path) if c.log_driver() == "json-file" else "", Name=c.name,
+        State=state_body(c), Image=c.image_id, Name=c.name,
         RestartCount=c.restart_count, ExecIDs=list(c.exec_ids) or None,
-        HostConfig=_host_config(c), GraphDriver={"Name": "overlay2", "Data": graph},
-        Mounts=mounts(c), Config=_config(c, version), NetworkSettings=network_settings(c, nets),
+        HostConfig=_host_config(c), Mounts=mounts(c), Config=_config(c, version),
+        NetworkSettings=network_settings(c, nets),
         SizeRw=sizes[0] if sizes else None, SizeRootFs=sizes[1] if sizes else None,
+        **_paths(c, images),
     ).model_dump(exclude_none=False)
     if sizes is None:
         body.pop("SizeRw")
@@ -155,6 +151,24 @@ def inspect(c: Container, images: ImageService, nets: NetworkService, version: V
     if version < (1, 21):
         body["NetworkSettings"].pop("Networks")
     return body
+
+
+def _paths(c: Container, images: ImageService) -> dict[str, Any]:
+    """The files and layer directories inspect shows: fixed for a container (and its image,
+    while that exists), so made once (paths cost a third of a fresh inspect)."""
+    image = images.images.get(c.image_id)
+    key = ("paths", image is not None)
+    cached = c.view_cache.get(key)
+    if cached is None:
+        graph = images.graph_data(image) if image is not None else {}
+        graph = dict(graph, UpperDir=str(c.upper_dir), WorkDir=str(c.work_dir),
+                     MergedDir=str(c.rootfs))
+        cached = c.view_cache[key] = {
+            "ResolvConfPath": str(c.resolv_conf_path), "HostnamePath": str(c.hostname_path),
+            "HostsPath": str(c.hosts_path),
+            "LogPath": str(c.log_path) if c.log_driver() == "json-file" else "",
+            "GraphDriver": {"Name": "overlay2", "Data": graph}}
+    return cached
 
 
 def _config(c: Container, version: Version) -> dict[str, Any]:

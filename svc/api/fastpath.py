@@ -16,6 +16,11 @@ names a plain route whose view answers, the answer is written directly. Anything
 (another route, a version to refuse, a view that raises, because the answer is an error
 or needs I/O) returns None and the request goes the full way, where the same view runs under
 Quart and errors are mapped as everywhere else.
+
+Two refinements: a request that arrives as one simple head (``PlainRoutes.quick``) is
+answered before h11 parses it at all, and a view may answer with a ``Streamer`` (a plain
+stream: ``GET /events``), for which the connection is taken over and the stream run in the
+connection's task group.
 """
 
 from __future__ import annotations
@@ -36,14 +41,14 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map
 
-from svc.api.versioning import Version, api_version, resolve
+from svc.api.versioning import PREFIX_RE, Version, api_version, resolve
 from svc.errors import SvcError
 
-_PREFIX_RE = re.compile(r"^/v([0-9][^/]*)(/.*)?$")
 # a request head of visible ASCII, spaces, tabs and line ends only; a header name a token
 _SIMPLE_HEAD = re.compile(rb"[\x21-\x7e][\x20-\x7e\t\r\n]*")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
+ROUTES_KEPT = 4096  # paths whose route is remembered (``PlainRoutes._route``)
 PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -134,6 +139,7 @@ class PlainRoutes:
 
     def __init__(self, url_map: Map, common_headers: list[tuple[str, str]]) -> None:
         self._adapter = url_map.bind("localhost")
+        self._routes: dict[tuple[str, bytes], tuple[str, dict[str, Any]]] = {}
         self._views = dict(_VIEWS)
         self._common_text = common_headers
         self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -146,10 +152,10 @@ class PlainRoutes:
             raw_path, _, query = target.decode("latin-1").partition("?")
             path = unquote(raw_path) if "%" in raw_path else raw_path
             raw_version = None
-            m = _PREFIX_RE.match(path)
+            m = PREFIX_RE.match(path)
             if m:
                 raw_version, path = m.group(1), m.group(2) or "/"
-            endpoint, values = self._adapter.match(path, method.decode("ascii"))
+            endpoint, values = self._route(path, method)
             view = self._views.get(endpoint)
             if view is None:
                 return None
@@ -201,6 +207,19 @@ class PlainRoutes:
         out = b"\r\n".join(head) + b"\r\n\r\n"
         reply.wire = out if method == b"HEAD" else out + reply.body
         return reply
+
+    def _route(self, path: str, method: bytes) -> tuple[str, dict[str, Any]]:
+        """The endpoint and path values of ``path`` by the app's URL map, remembered for the
+        paths asked for most recently (the map never changes; werkzeug's matcher is a
+        tenth of a plain request's cost). Raises what werkzeug raises (no route: 404)."""
+        key = (path, method)
+        found = self._routes.get(key)
+        if found is None:
+            endpoint, values = self._adapter.match(path, method.decode("ascii"))
+            if len(self._routes) >= ROUTES_KEPT:
+                del self._routes[next(iter(self._routes))]  # the oldest
+            found = self._routes[key] = (str(endpoint), dict(values))
+        return found
 
     def _stream_head(self, content_type: str) -> bytes:
         lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",

@@ -19,7 +19,7 @@ from svc.version import API_VERSION, API_VERSION_STR, MIN_API_VERSION, MIN_API_V
 Version = tuple[int, int]
 
 SCOPE_KEY = "svc.api_version"
-_PREFIX_RE = re.compile(r"^/v([0-9][^/]*)(/.*)?$")
+PREFIX_RE = re.compile(r"^/v([0-9][^/]*)(/.*)?$")
 _VERSION_RE = re.compile(r"^(\d{1,4})\.(\d{1,4})$")
 
 
@@ -60,7 +60,7 @@ class VersionPrefix:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
-            m = _PREFIX_RE.match(scope["path"])
+            m = PREFIX_RE.match(scope["path"])
             if m:
                 scope = dict(scope)
                 scope[SCOPE_KEY] = m.group(1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import httpx
 import trio
@@ -12,6 +11,7 @@ import trio
 from tests.containers.conftest import create, demux, inspect
 from tests.support.daemon import Daemon
 from tests.support.http import connect, read_head
+from tests.support.procfs import zombie_children
 
 
 async def running(api: httpx.AsyncClient, cmd: list[str] | None = None, **fields: object) -> str:
@@ -54,20 +54,6 @@ async def exec_run(d: Daemon, exec_id: str, stdin: bytes | None = None,
             buf += chunk
     await s.aclose()
     return bytes(buf)
-
-
-def zombie_children(pid: int) -> list[int]:
-    """Exited, unreaped children of ``pid`` (read from every process's status)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if fields[0] == "Z" and int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 async def test_pid_host_exec_orphans_are_reaped_and_its_code_kept(

@@ -4,7 +4,6 @@ wrong, never a 500, a traceback or a record that breaks a list for everyone."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from tests.containers.conftest import IMAGE, create
 from tests.runtime.conftest import skip_reason
 from tests.support import images as timg
 from tests.support.daemon import Daemon
+from tests.support.procfs import zombie_children
 
 
 async def test_exposed_port_ranges_are_refused_at_create(api: httpx.AsyncClient) -> None:
@@ -208,20 +208,6 @@ async def test_network_names_and_the_bridge_name_option(api: httpx.AsyncClient) 
     assert "svtnamed0" not in br.owned_bridges("svc:")
 
 
-def _zombies_of(pid: int) -> list[str]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
-        state, ppid = rest.split()[:2]
-        if int(ppid) == pid and state == "Z":
-            found.append(comm)
-    return found
-
-
 async def test_no_unreaped_children_after_network_work(spawn) -> None:  # type: ignore[no-untyped-def]
     """A `[ldconfig] <defunct>` child was left after network operations (a forked pyroute2
     helper looked libc up); every child is reaped."""
@@ -244,7 +230,7 @@ async def test_no_unreaped_children_after_network_work(spawn) -> None:  # type: 
             assert (await c.delete(f"/containers/{cid}")).status_code == 204
         assert (await c.delete("/networks/reapnet")).status_code == 204
     await trio.sleep(0.5)
-    assert _zombies_of(d.proc.pid) == []
+    assert zombie_children(d.proc.pid) == []
 
 
 async def test_verbs_in_the_exit_window_never_answer_5xx(api: httpx.AsyncClient,

@@ -12,6 +12,7 @@ from svc.runtime.cgroups import CgroupV1
 from svc.runtime.process import host_capabilities
 from tests.containers.conftest import create, inspect, output, run
 from tests.support.daemon import Daemon
+from tests.support.procfs import zombie_children
 
 
 async def sh(api: httpx.AsyncClient, script: str, **fields: object) -> tuple[int, str, str]:
@@ -227,17 +228,8 @@ async def test_pid_host_orphans_are_reaped(api: httpx.AsyncClient, cdaemon: Daem
 
     daemon_pid = cdaemon.proc.pid if cdaemon.proc else 0
 
-    def zombies() -> list[str]:
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    fields = (entry / "stat").read_text().rpartition(")")[2].split()
-                except OSError:
-                    continue
-                if fields[0] == "Z" and int(fields[1]) == daemon_pid:
-                    out.append(entry.name)
-        return out
+    def zombies() -> list[int]:
+        return zombie_children(daemon_pid)
 
     with trio.fail_after(5):
         while zombies():

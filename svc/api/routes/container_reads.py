@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pydantic_core
 from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
@@ -18,7 +19,7 @@ from werkzeug.datastructures import MultiDict
 from svc.api import container_shapes as shapes
 from svc.api.fastpath import Answer, Plain, plain_alternative
 from svc.api.params import parse_bool, parse_filters, parse_int
-from svc.api.shaping import json_bytes, json_response
+from svc.api.shaping import json_response
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ContainersBackend
@@ -43,7 +44,7 @@ def register(app: QuartTrio, backend: ContainersBackend) -> None:
 async def list_containers() -> Response:
     version = api_version()
     if not parse_bool("size", request.args.get("size")):
-        return json_response(listing(request.args, version))
+        return Response(_encode(listing(request.args, version)), content_type="application/json")
     svc = _backend.get().containers
     out = []
     for c, names in _selected(request.args):
@@ -55,7 +56,7 @@ async def list_containers() -> Response:
 def list_plain(req: Plain) -> Answer | None:
     if parse_bool("size", req.args.get("size")):
         return None  # sizes read the disk: the full way
-    return Answer(json_bytes(listing(req.args, req.version)))
+    return Answer(_encode(listing(req.args, req.version)))
 
 
 def listing(args: MultiDict[str, str], version: Version) -> list[dict[str, Any]]:
@@ -122,9 +123,13 @@ def encoded_inspect(c: Container, version: Version) -> bytes:
     slot = ("inspect", version)
     cached = c.view_cache.get(slot)
     if cached is not None and cached[0] == key:
-        return bytes(cached[1])
-    body = json_bytes(shapes.inspect(c, backend.images, backend.networks, version))
+        return cached[1]  # type: ignore[no-any-return]
+    body = _encode(shapes.inspect(c, backend.images, backend.networks, version))
     c.view_cache[slot] = (key, body)
     return body
 
 
+def _encode(body: Any) -> bytes:
+    """JSON as pydantic-core writes it (a third of the cost of ``json.dumps``; non-ASCII
+    text as UTF-8, as dockerd writes it)."""
+    return pydantic_core.to_json(body) + b"\n"

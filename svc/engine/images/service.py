@@ -83,6 +83,7 @@ class ImageService:
         self.refstore = RefStore(root)
         self.images: dict[str, Image] = {}
         self.repos: dict[str, dict[str, str]] = {}
+        self._graph: dict[str, dict[str, str]] = {}  # graph_data by image id
         self.lock = trio.Lock()  # names and image records
         # Layer creation and deletion. A registered layer is pinned until the image that uses
         # it is committed, so a concurrent delete never removes it in between.
@@ -240,12 +241,15 @@ class ImageService:
         return self.configs.get(image_id)
 
     def graph_data(self, image: Image) -> dict[str, str]:
-        """overlay2-style GraphDriver data: the image's layer directories."""
-        dirs = [str(self.layers.diff_dir(c)) for c in reversed(image.chain)]
-        data = {"UpperDir": dirs[0]} if dirs else {}
-        if len(dirs) > 1:
-            data["LowerDir"] = ":".join(dirs[1:])
-        return data
+        """overlay2-style GraphDriver data: the image's layer directories (fixed by its id:
+        kept, for up to 1024 images)."""
+        if (data := self._graph.get(image.id)) is None:
+            dirs = [str(self.layers.diff_dir(c)) for c in reversed(image.chain)]
+            data = {"UpperDir": dirs[0]} if dirs else {}
+            if len(dirs) > 1:
+                data["LowerDir"] = ":".join(dirs[1:])
+            self._graph = {**self._graph, image.id: data} if len(self._graph) < 1024 else {}
+        return dict(data)
 
     def history(self, image: Image) -> list[dict[str, Any]]:
         """Newest first; entries of images in the parent chain carry their id and tags."""
