@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from svc.storage.fsutil import remove_tree
 from tests.support import images as timg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,7 +158,8 @@ class Daemon:
         reap_containers(self.exec_root / "runc", self.dir, self.cgroup_parent)
         remove_bridge(self.bridge, self.bip, self.root)
         if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            # svc's own walk: the trash may still hold a tree too deep for shutil's recursion
+            remove_tree(self.dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
