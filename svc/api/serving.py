@@ -82,7 +82,7 @@ class IdleFlag:
 
 class Connection(TCPServer):
     """hypercorn's TCPServer, counted, closed once its peer has gone, and without a timer
-    task per request (``IdleWatch``)."""
+    task (``IdleFlag``)."""
 
     _peer_gone = False
 

@@ -148,15 +148,12 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
 
 async def respond_chunked(chunks: Chunks, *, content_type: str,
                           headers: Sequence[tuple[str, str]] = (),
-                          keep_alive: bool = False, send_buffer: int | None = None,
-                          taken: Callable[[RawStream], None] | None = None) -> Response:
+                          keep_alive: bool = False) -> Response:
     """Answer the current request with ``chunks`` as a chunked 200 (see the module).
 
     Errors the view wants as a status code must be raised before this is called: from here
     on the head is out. Cancellation (the client gone, the daemon stopping) closes
-    ``chunks`` and the connection. ``send_buffer`` sets a small kernel send buffer instead
-    of the large one bulk streams get; ``taken`` is called with the connection once it is
-    taken over (a producer that must be able to abort it)."""
+    ``chunks`` and the connection."""
     if keep_alive:
         return Response(_RequestScopedBody(chunks), status=200, content_type=content_type,
                         headers=dict(headers))
@@ -165,10 +162,8 @@ async def respond_chunked(chunks: Chunks, *, content_type: str,
     except BaseException:
         await _close(chunks)
         raise
-    if taken is not None:
-        taken(raw)
     try:
-        await stream_over(raw, chunks, send_buffer=send_buffer)
+        await stream_over(raw, chunks)
     finally:
         await raw.aclose()
     return Response(b"")
@@ -176,7 +171,8 @@ async def respond_chunked(chunks: Chunks, *, content_type: str,
 
 async def stream_over(raw: RawStream, chunks: Chunks, *, send_buffer: int | None = None) -> None:
     """Send ``chunks`` chunked over a taken-over connection whose head is out (see
-    ``respond_chunked``; a plain stream's view calls this itself)."""
+    ``respond_chunked``; the events stream calls this itself). ``send_buffer`` sets a small
+    kernel send buffer instead of the large one bulk streams get."""
     if send_buffer is None:
         raw.grow_send_buffer()
     else:

@@ -12,9 +12,10 @@ from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
 from svc.api.fastpath import Plain, Streamer, plain_alternative
+from svc.api.hijack import hijack
 from svc.api.params import Filters, parse_filters
 from svc.api.rawstream import RawStream
-from svc.api.streaming import Framed, respond_chunked, stream_over
+from svc.api.streaming import Framed, direct_head, stream_over
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import EventsBackend
@@ -171,16 +172,12 @@ async def events() -> Response:
     # Subscribe before the headers go out: nothing published from here on is missed.
     sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
     try:
-        async with trio.open_nursery() as nursery:
-            conn: list[RawStream] = []
-            cut = trio.Event()
-            sub.on_cut = cut.set
-            nursery.start_soon(_abort_when_stuck, cut, conn)
-            response = await respond_chunked(_chunks(sub, wire_shape(version)),
-                                             content_type="application/json",
-                                             send_buffer=SEND_BUFFER, taken=conn.append)
-            nursery.cancel_scope.cancel()
-        return response
+        raw = await hijack(request, head=direct_head("application/json"))
+        try:
+            await _stream(sub, raw, version)
+        finally:
+            await raw.aclose()
+        return Response(b"")
     finally:
         sub.close()  # also when the stream never started
 
@@ -195,26 +192,31 @@ def events_plain(req: Plain) -> Streamer:
         sub = _backend.get().events.subscribe(filters, since_ns=since, until_ns=until)
         try:
             await raw.send_all(head)  # subscribed first: nothing published after is missed
-            shape = wire_shape(req.version)
-            async with trio.open_nursery() as nursery:
-                cut = trio.Event()
-                sub.on_cut = cut.set
-                nursery.start_soon(_abort_when_stuck, cut, [raw])
-                await stream_over(raw, _chunks(sub, shape, _write_directly(sub, raw, shape)),
-                                  send_buffer=SEND_BUFFER)
-                nursery.cancel_scope.cancel()
+            await _stream(sub, raw, req.version)
         finally:
             sub.close()
 
     return Streamer(run)
 
 
-async def _abort_when_stuck(cut: trio.Event, conn: list[RawStream]) -> None:
+async def _stream(sub: Subscription, raw: RawStream, version: Version) -> None:
+    """``sub``'s events over ``raw`` (its head is out), until they end or the client goes;
+    on a plain socket the bus's fan-out writes them while the client keeps up."""
+    shape = wire_shape(version)
+    async with trio.open_nursery() as nursery:
+        cut = trio.Event()
+        sub.on_cut = cut.set
+        nursery.start_soon(_abort_when_stuck, cut, raw)
+        await stream_over(raw, _chunks(sub, shape, _write_directly(sub, raw, shape)),
+                          send_buffer=SEND_BUFFER)
+        nursery.cancel_scope.cancel()
+
+
+async def _abort_when_stuck(cut: trio.Event, raw: RawStream) -> None:
     """A subscriber cut off while its client reads nothing: the write it waits in may still
     finish (with the reason after it) if the client reads within ``CUT_GRACE``; then the
     connection is shut. Cut off, it is no longer on the bus: it holds one batch and the
     socket's small buffer, nothing that grows."""
     await cut.wait()
     await trio.sleep(CUT_GRACE)
-    for raw in conn:
-        raw.abort()
+    raw.abort()
