@@ -99,15 +99,13 @@ class HijackH11Protocol(Refusals, H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.task_group = _HijackTaskGroup(self.task_group, self)  # type: ignore[assignment]
+        self.task_group = _HijackTaskGroup(self.task_group, self)
         self.raw: RawStream | None = None
         self.raw_body: RawBody | None = None
         self.guard = limits.HeadGuard()
         self._refused_at: float | None = None
         self._discard_since: float | None = None  # an unread body being dropped
         self._drained = 0
-        self._clock = trio.CancelScope()  # the watch's (``_watch``)
-        self._watch_scope = trio.CancelScope()
         self._held_head = b""  # a response head waiting for its body (``_send_h11_event``)
 
     async def initiate(self) -> None:
@@ -116,11 +114,11 @@ class HijackH11Protocol(Refusals, H11Protocol):
             await self.send(Closed())
             return
         self.guard.open(trio.current_time())
-        self.task_group.spawn(self._watch)
+        self._rearm()
 
     async def handle(self, event: Event) -> None:
-        if isinstance(event, Closed) and self.raw is None:  # (hijacked: a half-close, maybe)
-            self._watch_scope.cancel()
+        if isinstance(event, Closed):
+            self.context.clock.disarm(self)
         if self._discard_since is not None and isinstance(event, RawData):
             await self._discard(event.data)
             return
@@ -270,7 +268,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
         # the socket of a "Connection: close" request is never closed (stack notes, §1).
         with trio.CancelScope(shield=True):
             if self.raw is not None:  # the hijacking view is done: the connection closes
-                self._watch_scope.cancel()
+                self.context.clock.disarm(self)
             body, self.raw_body = self.raw_body, None
             if body is not None:
                 unread = body.take_back()

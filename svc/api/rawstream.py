@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import socket
 import struct
@@ -38,10 +39,12 @@ class HijackedConnection:
         self.buffer = bytearray(initial)
         self.eof = eof
         self._wake = wake
+        self.dropping = False  # no reader: what the client sends is dropped (``when_gone``)
 
     def receive_data(self, data: bytes) -> None:
         if data:
-            self.buffer.extend(data)
+            if not self.dropping:
+                self.buffer.extend(data)
         else:
             self.eof = True
         self._wake()
@@ -67,6 +70,8 @@ class RawStream(trio.abc.Stream):
         self.peer_gone = False
         self._closed = False
         self.plain_socket: Any = None  # the trio socket, for direct writes; None under TLS
+        self._on_gone: Callable[[], None] | None = None
+        self.abort_at = math.inf  # when the connection's clock aborts it (``abort_after``)
 
     def grow_send_buffer(self, size: int = 4 << 20) -> None:
         """A larger kernel send buffer for a bulk stream (attach, exec, logs): each wakeup of
@@ -100,6 +105,17 @@ class RawStream(trio.abc.Stream):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def abort_after(self, seconds: float) -> None:
+        """``abort`` the connection ``seconds`` from now, unless the view is done by then
+        (the connection's clock, ``svc.api.clock``, keeps the time: no task waits)."""
+        self.abort_at = trio.current_time() + seconds
+        self._protocol.rearm()
+
+    @property
+    def client_done(self) -> bool:
+        """The client has half-closed or gone (``when_gone``)."""
+        return self._conn.eof
 
     def _transport_socket(self) -> Any:
         if self.plain_socket is not None:
@@ -137,8 +153,21 @@ class RawStream(trio.abc.Stream):
         os.set_blocking(fd, True)
         return fd
 
+    def when_gone(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the client half-closes or goes, with no task reading: for a
+        stream whose client sends nothing after its request (events); what it sends anyway
+        is dropped. (As dockerd's close notification reads the client's EOF.)"""
+        self._conn.dropping = True
+        self._conn.buffer.clear()
+        self._on_gone = callback
+        if self._conn.eof:
+            self._wake_reader()
+
     def _wake_reader(self) -> None:
         self._readable.set()
+        if self._on_gone is not None and self._conn.eof:
+            callback, self._on_gone = self._on_gone, None
+            callback()
 
     def _on_closed(self) -> None:
         """hypercorn reports Closed: from our own failed write (peer gone) or the read side."""

@@ -1,4 +1,4 @@
-"""The clock and the refusals of an HTTP/1.1 connection, for ``svc.api.hijack``'s protocol.
+"""The deadline and the refusals of an HTTP/1.1 connection, for ``svc.api.hijack``'s protocol.
 
 A connection whose request head is overdue is answered 408 (or closed without a word when it
 never sent a byte); a refused connection (408, 413, 431, 503...) is answered outside h11 with
@@ -21,15 +21,16 @@ from svc.api import limits
 
 
 class Refusals:
-    """Mixin of ``HijackH11Protocol``: the connection's clock and its refusals."""
+    """Mixin of ``HijackH11Protocol``: the connection's deadline and its refusals."""
 
     send: Callable[[Event], Awaitable[None]]
     guard: limits.HeadGuard
     raw: Any
     _refused_at: float | None
     _discard_since: float | None
-    _watch_scope: trio.CancelScope
-    _clock: trio.CancelScope
+    task_group: Any
+    context: Any  # hypercorn's worker context, with svc's ``clock`` (``serving.ServerContext``)
+    clock_slot: int | None = None  # where the clock has the connection filed
 
     async def _refuse(self, status: int) -> None:
         """Answer ``status`` with ``Connection: close`` outside h11, stop writing, and read
@@ -49,40 +50,43 @@ class Refusals:
                 sock.shutdown(socket.SHUT_WR)
         self._rearm()
 
-    async def _watch(self) -> None:
-        """The connection's clock: refuses a head that is overdue (408, or a silent close for
-        a new connection that never sent a byte) and ends a refused connection's linger.
+    def on_deadline(self) -> None:
+        """The clock's call (``svc.api.clock``): act in the connection's task group."""
+        with contextlib.suppress(RuntimeError):  # its task group is closing: it is going
+            self.task_group.spawn(self._on_deadline)
 
-        It sleeps under a cancel scope whose deadline ``_rearm`` moves as the connection's
-        state changes: no task switch per request."""
-        with self._watch_scope:
-            while True:
-                with trio.move_on_at(self._deadline()) as self._clock:
-                    await trio.sleep_forever()
-                if trio.current_time() >= self._deadline():  # (not moved on meanwhile)
-                    await self._on_deadline()
+    def rearm(self) -> None:
+        """File the connection with the clock under its deadline as it is now."""
+        self.context.clock.arm(self, self.deadline())
 
-    def _rearm(self) -> None:
-        self._clock.deadline = self._deadline()
+    _rearm = rearm
 
-    def _deadline(self) -> float:
+    def deadline(self) -> float:
+        """When the connection is due to be refused or closed (``inf``: not at all)."""
         if self._refused_at is not None:
             return self._refused_at + limits.LINGER_SECONDS
         if self._discard_since is not None:
             return self._discard_since + limits.LINGER_SECONDS
-        if self.raw is None and self.guard.started is not None:
+        if self.raw is not None:
+            return float(self.raw.abort_at)
+        if self.guard.started is not None:
             return self.guard.started + limits.HEAD_TIMEOUT
         return math.inf
 
     async def _on_deadline(self) -> None:
-        if self._refused_at is not None or self._discard_since is not None:
+        """Refuse a head that is overdue (408, or a silent close for a new connection that
+        never sent a byte); end a refused connection's linger."""
+        if trio.current_time() < self.deadline():  # moved on since the clock looked
+            self._rearm()
+            return
+        if self.raw is not None and self._refused_at is None and self._discard_since is None:
+            self.raw.abort()  # (``RawStream.abort_after``)
+            return
+        if self._refused_at is not None or self._discard_since is not None \
+                or self.guard.size == 0:  # (a connection that never sent a request)
             await self.send(Closed())
-            await trio.sleep_forever()  # until handle(Closed) cancels the watch
-        if self.guard.size == 0:  # a connection that never sent a request
-            await self.send(Closed())
-            await trio.sleep_forever()
+            return
         await self._refuse(408)
-
 
 
 def plain_socket(send: Any) -> Any:

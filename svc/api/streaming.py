@@ -82,10 +82,6 @@ def direct_head(content_type: str, headers: Sequence[tuple[str, str]] = (), *,
                                     ("Connection", "close")])
 
 
-class Framed(bytes):
-    """Bytes already framed as chunks (the rest of a direct write): sent as they are."""
-
-
 async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes]) -> None:
     """Send ``chunks`` chunked over ``raw`` until they end or the client goes.
 
@@ -104,9 +100,7 @@ async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes]) -> None:
         try:
             async with aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
-                    if type(chunk) is Framed:
-                        await raw.send_all(chunk)
-                    elif chunk:
+                    if chunk:
                         await raw.send_parts([b"%x\r\n" % len(chunk), chunk, b"\r\n"])
             await raw.send_all(LAST_CHUNK)
         except trio.BrokenResourceError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -214,13 +215,13 @@ class Subscription:
                 if not self.live:
                     return
                 held = self.direct is not None and bus.fanout.running
-                with trio.move_on_at(deadline) as scope:
-                    if held:
-                        await bus.fanout.hold(self)
-                    else:
-                        await bus._lot.park()
-                if scope.cancelled_caught:
-                    return  # until reached
+                if deadline == math.inf:  # (no scope to enter and leave at each wait)
+                    await (bus.fanout.hold(self) if held else bus._lot.park())
+                else:
+                    with trio.move_on_at(deadline) as scope:
+                        await (bus.fanout.hold(self) if held else bus._lot.park())
+                    if scope.cancelled_caught:
+                        return  # until reached
                 if held:
                     yield []  # handed back: the consumer writes what its writer kept
                 continue

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncGenerator
+from functools import partial
 
 import pydantic_core
 import trio
@@ -15,7 +16,7 @@ from svc.api.fastpath import Plain, Streamer, plain_alternative
 from svc.api.hijack import hijack
 from svc.api.params import Filters, parse_filters
 from svc.api.rawstream import RawStream
-from svc.api.streaming import Framed, direct_head, stream_over
+from svc.api.streaming import LAST_CHUNK, chunked, direct_head
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import EventsBackend
@@ -24,6 +25,7 @@ from svc.errors import InvalidParameter
 from svc.models.events import StreamError
 from svc.wire.timefmt import parse_timestamp_ns
 
+log = logging.getLogger("svc.api.events")
 bp = Blueprint("events", __name__)
 _backend: Wired[EventsBackend] = Wired("events")
 
@@ -146,25 +148,6 @@ def _write_directly(sub: Subscription, raw: RawStream, shape: str) -> DirectChun
     return writer
 
 
-async def _chunks(sub: Subscription, shape: str,
-                  writer: DirectChunks | None = None) -> AsyncGenerator[bytes, None]:
-    """The subscription's events; closing the generator ends the subscription."""
-    # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
-    try:
-        async for batch in sub.batches():
-            sub.sending = True  # until the client has taken it (the socket has room again)
-            if writer is not None and writer.rest:  # what a direct write left
-                rest, writer.rest = writer.rest, b""
-                yield Framed(rest)
-            if batch:
-                yield b"".join([encode(ev, shape) for ev in batch])
-            sub.sending = False
-        if sub.error:
-            yield StreamError(error=sub.error, errorDetail={"message": sub.error}).wire()
-    finally:
-        sub.close()
-
-
 @bp.get("/events")
 async def events() -> Response:
     version = api_version()
@@ -200,23 +183,51 @@ def events_plain(req: Plain) -> Streamer:
 
 
 async def _stream(sub: Subscription, raw: RawStream, version: Version) -> None:
-    """``sub``'s events over ``raw`` (its head is out), until they end or the client goes;
-    on a plain socket the bus's fan-out writes them while the client keeps up."""
+    """``sub``'s events over ``raw`` (its head is out), chunked, until they end or the client
+    goes; on a plain socket the bus's fan-out writes them while the client keeps up. The
+    caller closes ``sub``.
+
+    No task reads the client or keeps time: its EOF (it sends nothing after its request, so
+    that means it has gone, as dockerd's close notification reads it) ends the subscription,
+    and a write that waits on it fails; a subscriber cut off while its client reads nothing
+    has its connection shut ``CUT_GRACE`` later by the connection's clock."""
     shape = wire_shape(version)
-    async with trio.open_nursery() as nursery:
-        cut = trio.Event()
-        sub.on_cut = cut.set
-        nursery.start_soon(_abort_when_stuck, cut, raw)
-        await stream_over(raw, _chunks(sub, shape, _write_directly(sub, raw, shape)),
-                          send_buffer=SEND_BUFFER)
-        nursery.cancel_scope.cancel()
+    raw.shrink_send_buffer(SEND_BUFFER)
+    writer = _write_directly(sub, raw, shape)
+
+    def gone() -> None:
+        sub.close()
+        if sub.sending:  # waiting on a client that will not read: fail the write
+            raw.abort()
+
+    raw.when_gone(gone)
+    # The write it waits in may still finish (with the reason after it) if the client reads
+    # within the grace. Cut off, it is no longer on the bus: it holds one batch and the
+    # socket's small buffer, nothing that grows.
+    sub.on_cut = partial(raw.abort_after, CUT_GRACE)
+    try:
+        await _send(sub, raw, shape, writer)
+    except trio.BrokenResourceError:
+        log.info("an event stream stopped: the client went away")
 
 
-async def _abort_when_stuck(cut: trio.Event, raw: RawStream) -> None:
-    """A subscriber cut off while its client reads nothing: the write it waits in may still
-    finish (with the reason after it) if the client reads within ``CUT_GRACE``; then the
-    connection is shut. Cut off, it is no longer on the bus: it holds one batch and the
-    socket's small buffer, nothing that grows."""
-    await cut.wait()
-    await trio.sleep(CUT_GRACE)
-    raw.abort()
+async def _send(sub: Subscription, raw: RawStream, shape: str,
+                writer: DirectChunks | None) -> None:
+    # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
+    async for batch in sub.batches():
+        if raw.client_done:
+            return
+        sub.sending = True  # until the client has taken it (the socket has room again)
+        if writer is not None and writer.rest:  # what a direct write left
+            rest, writer.rest = writer.rest, b""
+            await raw.send_all(rest)
+        if batch:
+            body = b"".join([encode(ev, shape) for ev in batch])
+            await raw.send_parts([b"%x\r\n" % len(body), body, b"\r\n"])
+        sub.sending = False
+    if raw.client_done:
+        return
+    if sub.error:
+        await raw.send_all(chunked(
+            StreamError(error=sub.error, errorDetail={"message": sub.error}).wire()))
+    await raw.send_all(LAST_CHUNK)
