@@ -23,12 +23,15 @@ import random
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import dockerapi
+from bench.bench_requests import floor
 from bench.context import Context
 from bench.engines import Engine
-from bench.harness import PYTHON, REPO, Target, read_head, request_bytes
+from bench.harness import PYTHON, REPO, Target, cpu_seconds, read_head, request_bytes
 from bench.httpload import run_load
 from bench.sbs import Metric, Spec
 
@@ -132,13 +135,15 @@ PS = Spec("ps_100_clients", "GET /containers/json from 100 concurrent clients, 5
 # -- event streams ------------------------------------------------------------------------
 
 
-def _events_open(ctx: Context, eng: Engine, state: Any) -> dict[str, float]:
+def _open_streams(sock: Path, cpu: Callable[[], float]) -> dict[str, float]:
+    """50 ``GET /events`` opened one after another, each to its head; then 50 sent at once;
+    with the server's CPU per stream opened and closed."""
     out: dict[str, float] = {}
-    cpu0 = eng.cpu()
+    cpu0 = cpu()
     t0 = time.perf_counter()
     socks = []
     for _ in range(STREAMS):
-        s = dockerapi.open_stream(eng.socket, "/events")
+        s = dockerapi.open_stream(sock, "/events")
         socks.append(s)
         head, _ = read_head(s)
         if not head.startswith(b"HTTP/1.1 200"):
@@ -148,14 +153,23 @@ def _events_open(ctx: Context, eng: Engine, state: Any) -> dict[str, float]:
         s.close()
     time.sleep(SETTLE_S)
     t0 = time.perf_counter()
-    socks = [dockerapi.open_stream(eng.socket, "/events") for _ in range(STREAMS)]
+    socks = [dockerapi.open_stream(sock, "/events") for _ in range(STREAMS)]
     for s in socks:
         head, _ = read_head(s)
     out["at_once"] = 1000 * (time.perf_counter() - t0)
     for s in socks:
         s.close()
-    out["cpu"] = 1000 * (eng.cpu() - cpu0) / (2 * STREAMS)
     time.sleep(SETTLE_S)
+    out["cpu"] = 1000 * (cpu() - cpu0) / (2 * STREAMS)
+    return out
+
+
+def _events_open(ctx: Context, eng: Engine, state: Any) -> dict[str, float]:
+    out = _open_streams(eng.socket, eng.cpu)
+    if eng.name == "svc":  # the same opens against the bare trio floor (one head each)
+        srv = floor(ctx)
+        out.update({f"floor_{k}": v for k, v in
+                    _open_streams(srv.socket, lambda: cpu_seconds(srv.pid)).items()})
     return out
 
 
@@ -164,6 +178,10 @@ EVENTS_OPEN = Spec("events_open", "time to open 50 GET /events streams (to each 
            Target("<=", 34.0), Target("<=", 1.0), note="reference 19-34 ms (issue 27)"),
     Metric("at_once", "open 50 /events streams, sent at once", "ms", None, Target("<=", 1.0)),
     Metric("cpu", "daemon CPU per stream opened and closed", "ms"),
+    Metric("floor_sequential", "the same 50 one after another, bare trio floor server", "ms",
+           note="bench.floor_server: accept, read the head, write one answer"),
+    Metric("floor_at_once", "the same 50 at once, bare trio floor server", "ms"),
+    Metric("floor_cpu", "floor server CPU per connection opened and closed", "ms"),
 ), _events_open)
 
 

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -196,7 +196,7 @@ class Subscription:
         self.live = False
         self._bus._discard(self)
 
-    async def batches(self, max_events: int = BATCH_EVENTS) -> AsyncIterator[list[Event]]:
+    async def batches(self, max_events: int = BATCH_EVENTS) -> AsyncGenerator[list[Event], None]:
         """Yield events in batches: the backlog, then live events as they come.
 
         Ends at ``until`` (wall clock), when the subscriber is cut off or ended (shutdown),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import aclosing
 from functools import partial
 
 import pydantic_core
@@ -214,17 +215,19 @@ async def _stream(sub: Subscription, raw: RawStream, version: Version) -> None:
 async def _send(sub: Subscription, raw: RawStream, shape: str,
                 writer: DirectChunks | None) -> None:
     # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
-    async for batch in sub.batches():
-        if raw.client_done:
-            return
-        sub.sending = True  # until the client has taken it (the socket has room again)
-        if writer is not None and writer.rest:  # what a direct write left
-            rest, writer.rest = writer.rest, b""
-            await raw.send_all(rest)
-        if batch:
-            body = b"".join([encode(ev, shape) for ev in batch])
-            await raw.send_parts([b"%x\r\n" % len(body), body, b"\r\n"])
-        sub.sending = False
+    # (closed here, not by the garbage collector: trio would start a task to finalize it)
+    async with aclosing(sub.batches()) as batches:
+        async for batch in batches:
+            if raw.client_done:
+                return
+            sub.sending = True  # until the client has taken it (the socket has room again)
+            if writer is not None and writer.rest:  # what a direct write left
+                rest, writer.rest = writer.rest, b""
+                await raw.send_all(rest)
+            if batch:
+                body = b"".join([encode(ev, shape) for ev in batch])
+                await raw.send_parts([b"%x\r\n" % len(body), body, b"\r\n"])
+            sub.sending = False
     if raw.client_done:
         return
     if sub.error:
