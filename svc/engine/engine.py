@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,7 @@ class Engine:
         self.downloads = DownloadManager(config.root, config.registry)
         self.puller = Puller(self.images, self.distribution, self.downloads, config.registry)
         self.images.on_delete = self._forget_partial_blobs
-        self.images.on_untag = self.downloads.forget_owner  # partial blobs pulled for it
+        self.images.on_untag = self.downloads.owner_gone  # partial blobs pulled for it
         self.cgroups = adapters.cgroups
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
@@ -152,11 +153,12 @@ class Engine:
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)
 
-    async def _forget_partial_blobs(self, image: Image) -> None:
-        """A removed image's layers need no half-downloaded blobs any more."""
+    def _forget_partial_blobs(self, image: Image) -> Callable[[], None]:
+        """A removed image's layers need no half-downloaded blobs any more: the disk work
+        that removes them (the image service runs it with the deletion)."""
         diff_ids = image.config.diff_ids
         blobs = {b for d in diff_ids for b, _ in self.distribution.lookup(str(d))}
-        await self.downloads.forget(sorted(blobs))
+        return self.downloads.blobs_gone(sorted(blobs))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the engine's background tasks until cancelled."""

@@ -19,11 +19,12 @@ from svc.api.streaming import respond_chunked, respond_sized_from_thread
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ImagesBackend
+from svc.engine.images import listing
 from svc.engine.images.importer import ImportSpec, check_spec, import_image, sniff_archive
 from svc.engine.images.load import load_images
 from svc.engine.images.remove import remove_image
 from svc.engine.images.save import plan_save, save_size, write_save
-from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService, name_matches
+from svc.engine.images.service import NONE_DIGEST, NONE_TAG, Image, ImageService
 from svc.engine.streams import ThreadWriter
 from svc.errors import InvalidParameter, NotFound, unwrap
 from svc.models.imageconfig import RunConfig
@@ -51,7 +52,7 @@ def summary(svc: ImageService, img: Image, version: Version,
     """One list entry; with the old ``filter=`` only the tags it matches, as dockerd."""
     tags = svc.repo_tags(img.id)
     if name_pattern:
-        tags = [t for t in tags if name_matches(name_pattern, t)]
+        tags = [t for t in tags if listing.name_matches(name_pattern, t)]
     body = ImageSummary(
         Id=img.id, ParentId=img.parent or "", RepoTags=tags or [NONE_TAG],
         RepoDigests=svc.repo_digests(img.id) or [NONE_DIGEST], Created=img.created_ns // 10**9,
@@ -67,7 +68,7 @@ async def list_images() -> Response:
     svc = images()
     filters = qfilters(("dangling", "label"))
     pattern = qstr("filter")
-    found = svc.summaries(all_images=qbool("all"), filters=filters, name_pattern=pattern)
+    found = listing.summaries(svc, all_images=qbool("all"), filters=filters, name_pattern=pattern)
     version = api_version()
     return json_response([summary(svc, i, version, pattern) for i in found])
 
@@ -100,7 +101,7 @@ def _shown(config: RunConfig | None) -> dict[str, Any]:
 @bp.get("/images/<path:name>/history")
 async def history(name: str) -> Response:
     svc = images()
-    entries = svc.history(svc.resolve(name))
+    entries = listing.history(svc, svc.resolve(name))
     return json_response([HistoryEntry(**e).model_dump() for e in entries])
 
 

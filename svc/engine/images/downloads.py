@@ -23,6 +23,7 @@ one still finishes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -278,12 +279,17 @@ class DownloadManager:
             log.warning("keeping partial download %s: %s", partial, exc)
 
     async def forget_owner(self, owner: str) -> None:
-        """``owner`` (a ``repo:tag``) was removed, or pulled in full: the partial files kept
-        for it alone go, unless a transfer uses them."""
+        """``owner`` (a ``repo:tag``) was pulled in full: the partial files kept for it alone
+        go, unless a transfer uses them."""
+        await trio.to_thread.run_sync(self.owner_gone(owner))
+
+    def owner_gone(self, owner: str) -> Callable[[], None]:
+        """The disk work of ``forget_owner`` (``owner`` was removed), for a worker thread:
+        the image service runs it in the thread that saves the names."""
         def busy(path: Path) -> bool:
             return any(d.partial == path for d in list(self._active.values()))
 
-        await trio.to_thread.run_sync(_drop_owner, self.dir, owner, busy)
+        return functools.partial(_drop_owner, self.dir, owner, busy)
 
     async def sweep(self) -> list[Path]:
         """Remove partial files older than ``MAX_AGE``, then the oldest ones beyond the
@@ -293,9 +299,9 @@ class DownloadManager:
 
         return await trio.to_thread.run_sync(_sweep, self.dir, busy, self.budget, time.time())
 
-    async def forget(self, digests: list[str]) -> None:
-        """Remove the partial files of these blobs unless a transfer uses them (an image
-        that no longer needs them was removed)."""
+    def blobs_gone(self, digests: list[str]) -> Callable[[], None]:
+        """The disk work that removes the partial files of these blobs unless a transfer uses
+        them (an image that no longer needs them was removed), for a worker thread."""
         paths = [self.partial_path(d) for d in digests if d not in self._active]
 
         def remove() -> None:
@@ -304,7 +310,7 @@ class DownloadManager:
                     with contextlib.suppress(OSError):
                         f.unlink()
 
-        await trio.to_thread.run_sync(remove)
+        return remove
 
 
 def retryable(exc: RegistryError) -> bool:

@@ -8,12 +8,11 @@ Mutations hold ``lock`` and run their disk work in worker threads; queries are i
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import trio
 
 from svc.engine.events import EventBus
 from svc.errors import Conflict, InvalidParameter, NotFound
-from svc.models.imageconfig import HistoryItem, ImageConfig, parse_lenient
+from svc.models.imageconfig import ImageConfig, parse_lenient
 from svc.storage.imagestore import ConfigStore
 from svc.storage.layers import LayerInfo, LayerStore, StagedLayer
 from svc.storage.refs import RefStore
@@ -91,9 +90,11 @@ class ImageService:
         self.pins: Counter[str] = Counter()
         # Set by the containers service: image id -> (a container using it, running?) or None.
         self.container_use: Callable[[str], tuple[str, bool] | None] = lambda image_id: None
-        # Set by the engine: what else to clean up once an image is deleted (partial blobs).
-        self.on_delete: Callable[[Image], Awaitable[None]] | None = None
-        self.on_untag: Callable[[str], Awaitable[None]] | None = None  # a name went
+        # Set by the engine: the disk work that cleans up after an image is deleted or a name
+        # removed (partial blobs), run best effort in the worker thread that writes the
+        # deletion (one trip to a thread per removal: each costs ~10 ms under CPU contention).
+        self.on_delete: Callable[[Image], Callable[[], None]] | None = None
+        self.on_untag: Callable[[str], Callable[[], None]] | None = None
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -210,33 +211,6 @@ class ImageService:
             sizes.append(info.size if info else 0)
         return sizes
 
-    def summaries(self, *, all_images: bool, filters: Mapping[str, list[str]],
-                  name_pattern: str | None) -> list[Image]:
-        dangling = filters.get("dangling")
-        want_dangling: bool | None = None
-        if dangling:
-            values = {v.lower() for v in dangling}
-            if not values <= {"true", "false", "1", "0"} or len(values) > 1:
-                raise InvalidParameter(f"Invalid filter 'dangling={dangling[0]}'")
-            want_dangling = values <= {"true", "1"}
-        out = []
-        for img in sorted(self.images.values(), key=lambda i: -i.created_ns):
-            tags = self.refs_of(img.id)
-            has_children = bool(self.children(img.id))
-            if want_dangling is True:
-                if tags or has_children:
-                    continue
-            elif want_dangling is False and not tags:
-                continue
-            elif not all_images and not tags and has_children:
-                continue  # an intermediate image
-            if not _labels_match(filters.get("label", []), img.config.run.Labels):
-                continue
-            if name_pattern and not any(name_matches(name_pattern, t) for t in tags):
-                continue
-            out.append(img)
-        return out
-
     def config_bytes(self, image_id: str) -> bytes:
         return self.configs.get(image_id)
 
@@ -250,34 +224,6 @@ class ImageService:
                 data["LowerDir"] = ":".join(dirs[1:])
             self._graph = {**self._graph, image.id: data} if len(self._graph) < 1024 else {}
         return dict(data)
-
-    def history(self, image: Image) -> list[dict[str, Any]]:
-        """Newest first; entries of images in the parent chain carry their id and tags."""
-        hist = image.config.entries
-        sizes = self.layer_sizes(image)
-        if not hist:
-            hist = [HistoryItem(created=image.config.created) for _ in image.chain]
-        entries, layer = [], 0
-        for h in hist:
-            size = 0 if h.empty_layer or layer >= len(sizes) else sizes[layer]
-            layer += 0 if h.empty_layer else 1
-            try:
-                created = parse_timestamp_ns(h.created or "0") // 10**9
-            except ValueError:
-                created = 0
-            entries.append({"Id": "<missing>", "Created": created,
-                            "CreatedBy": h.created_by, "Tags": None,
-                            "Size": size, "Comment": h.comment})
-        entries.reverse()
-        img: Image | None = image
-        while img is not None:
-            n = len(img.config.entries) or len(img.chain)
-            idx = len(entries) - n
-            if 0 <= idx < len(entries):
-                entries[idx]["Id"] = img.id
-                entries[idx]["Tags"] = self.repo_tags(img.id) or None
-            img = self.images.get(img.parent) if img.parent else None
-        return entries
 
     # -- verbs ------------------------------------------------------------------------------
 
@@ -302,16 +248,20 @@ class ImageService:
         refs.pop(key, None)
         if not refs:
             self.repos.pop(name, None)
-        await self._save_refs()
+        await self._save_refs(self.on_untag(key) if self.on_untag is not None else None)
         self.events.publish("image", "untag", image.id, {"name": key})
-        if self.on_untag is not None:
-            with trio.CancelScope(shield=True):
-                await self.on_untag(key)
 
-    async def _save_refs(self) -> None:
+    async def _save_refs(self, then: Callable[[], None] | None = None) -> None:
+        """Write the names durably; then run ``then`` (best effort) in the same thread."""
         snapshot = {k: dict(v) for k, v in self.repos.items()}
+
+        def write() -> None:
+            self.refstore.save(snapshot)
+            if then is not None:
+                _best_effort(then)
+
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self.refstore.save, snapshot)
+            await trio.to_thread.run_sync(write)
 
     async def commit_image(self, config_bytes: bytes, chain: list[str],
                            parent: str | None = None) -> Image:
@@ -353,47 +303,50 @@ class ImageService:
     async def _delete_unused(self, candidates: list[str]) -> list[str]:
         """Delete the ``candidates`` (children before parents) no image uses or pins, in one
         step (their files go to the trash: this takes two fsyncs, not a walk)."""
-        gone: list[str] = []
         with trio.CancelScope(shield=True):
             async with self.layer_lock:
-                used = {c for i in self.images.values() for c in i.chain} | set(self.pins)
-                for chain_id in candidates:
-                    if chain_id not in used and chain_id not in gone \
-                            and self.layers.get(chain_id) is not None:
-                        gone.append(chain_id)
+                gone = self._unused(candidates)
                 if gone:
                     await trio.to_thread.run_sync(lambda: self.layers.delete(*gone))
         return gone
 
+    def _unused(self, candidates: list[str]) -> list[str]:
+        """Those of ``candidates`` no image uses or pins (hold ``layer_lock``)."""
+        used = {c for i in self.images.values() for c in i.chain} | set(self.pins)
+        gone: list[str] = []
+        for chain_id in candidates:
+            if chain_id not in used and chain_id not in gone \
+                    and self.layers.get(chain_id) is not None:
+                gone.append(chain_id)
+        return gone
+
     async def delete_image(self, image: Image) -> list[dict[str, str]]:
-        """Remove an image and the layers no other image uses; returns the report entries."""
+        """Remove an image and the layers no other image uses; returns the report entries.
+
+        Its record, its config and its unused layers go in one trip to a worker thread (in
+        that order: a crash part-way leaves layers that the next start finds unused)."""
         del self.images[image.id]
+        then = self.on_delete(image) if self.on_delete is not None else None
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self.store.delete, "images",
-                                          image.id.removeprefix("sha256:"))
-            await trio.to_thread.run_sync(self.configs.delete, image.id)
-        gone = await self._delete_unused(list(reversed(image.chain)))
+            async with self.layer_lock:
+                gone = self._unused(list(reversed(image.chain)))
+
+                def write() -> None:
+                    self.store.delete("images", image.id.removeprefix("sha256:"))
+                    self.configs.delete(image.id)
+                    if gone:
+                        self.layers.delete(*gone)
+                    if then is not None:
+                        _best_effort(then)
+
+                await trio.to_thread.run_sync(write)
         self.events.publish("image", "delete", image.id, {"name": image.id})
-        if self.on_delete is not None:
-            with trio.CancelScope(shield=True):
-                await self.on_delete(image)
         return [{"Deleted": image.id}] + [{"Deleted": c} for c in gone]
 
 
-def _labels_match(wanted: list[str], labels: object) -> bool:
-    have = labels if isinstance(labels, dict) else {}
-    for w in wanted:
-        key, eq, value = w.partition("=")
-        if key not in have or (eq and have[key] != value):
-            return False
-    return True
-
-
-def name_matches(pattern: str, ref: str) -> bool:
-    """The old ``filter=`` parameter (the CLI sends it below API 1.25 for ``docker images
-    REPO``): a glob over the repository (or repository:tag)."""
-    if "@" in ref:
-        return False
-    repo, _, _tag = ref.rpartition(":")
-    tagged = ":" in pattern.rpartition("/")[2]  # a registry's port is not a tag
-    return fnmatch.fnmatchcase(ref if tagged else repo, pattern)
+def _best_effort(work: Callable[[], None]) -> None:
+    """Clean-up that may fail without failing the request (it is logged)."""
+    try:
+        work()
+    except OSError as exc:
+        log.warning("clean-up after an image removal failed: %s", exc)

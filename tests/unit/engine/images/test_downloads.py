@@ -36,12 +36,12 @@ async def test_sweep_drops_day_old_partials_then_the_oldest_beyond_the_budget(
     assert await m.sweep() == []  # 700 bytes fit
 
 
-async def test_forget_removes_the_partials_of_named_blobs(tmp_path: Path) -> None:
+def test_forget_removes_the_partials_of_named_blobs(tmp_path: Path) -> None:
     m = DownloadManager(tmp_path, RegistryConfig())
     m.dir.mkdir()
     a = _partial(m, A, 5, 0)
     b = _partial(m, B, 5, 0)
-    await m.forget([A, C])
+    m.blobs_gone([A, C])()
     assert not a.exists() and b.exists()
     assert m.partial_path(A).name == "sha256-" + "a" * 64 + ".partial"
 
