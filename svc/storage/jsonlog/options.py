@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?) ?(?:([kmgtp])(?:i?b)?|b)?$", re.IGNORECASE)
-_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+from svc.wire.units import parse_size
+
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
           "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 # dockerd accepts these too; they only add "attrs" to records, which this writer leaves out.
@@ -22,19 +22,6 @@ ON_FULL = ("drop", "block")
 def on_full(config: Mapping[str, str]) -> str:
     """The ``on-full`` mode (validated by ``parse_log_opts``)."""
     return config.get("on-full", "drop")
-
-
-def parse_size(value: str) -> int:
-    """A ``max-size`` value in bytes, as go-units ``FromHumanSize`` reads it (``10m`` = 10^7).
-
-    Raises:
-        ValueError: ``invalid size: '<value>'`` (go-units' message).
-    """
-    m = _SIZE_RE.match(value)
-    if not m:
-        raise ValueError(f"invalid size: '{value}'")
-    unit = (m.group(2) or "").lower()
-    return int(float(m.group(1)) * _UNITS.get(unit, 1))
 
 
 def parse_log_opts(config: Mapping[str, str]) -> tuple[int | None, int, bool]:
