@@ -13,6 +13,7 @@ import trio
 from svc.logdrivers import fluentd
 from svc.logdrivers.base import Info, Message, OptionError, ReceiverDown
 from svc.logdrivers.conn import Address
+from svc.logdrivers.pump import LogPump
 from tests.support.fluentd_receiver import fluentd_receiver, unpack_all
 
 CID = "0123456789ab" + "c" * 52
@@ -235,3 +236,26 @@ def test_options_accepted_and_what_they_mean() -> None:
     assert defaults.encoder.tag == f"docker.{CID[:12]}"
     assert fluentd.parse_duration("1.5h2m.5s") == 5400 + 120 + 0.5
     assert fluentd.ram_in_bytes("1.5k") == 1536
+
+
+async def test_through_the_pump_nothing_is_lost_across_a_restart() -> None:
+    async with fluentd_receiver() as rx:
+        d = driver(**{"fluentd-address": rx.address, "fluentd-retry-wait": "10ms"})
+        pump = LogPump(d, mode="blocking", max_bytes=4096)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            for i in range(50):
+                await pump.put(msg(b"%d" % i))
+            await rx.wait_for(50)
+            await rx.stop()
+            taken = 50
+            with trio.move_on_after(0.3):  # the buffer fills, then the writer waits
+                for i in range(50, 200):
+                    await pump.put(msg(b"%d" % i))
+                    taken += 1
+            assert 50 < taken < 200
+            await rx.start()
+            await pump.close(timeout=10)
+            nursery.cancel_scope.cancel()
+    assert [e.record["log"] for e in rx.entries] == [str(i) for i in range(taken)]
+    assert pump.dropped == d.dropped == 0

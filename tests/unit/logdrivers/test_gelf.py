@@ -230,3 +230,14 @@ def test_options_accepted() -> None:
     gelf.validate({"gelf-address": "tcp://graylog:12201", "gelf-tcp-max-reconnect": "3",
                    "gelf-tcp-reconnect-delay": "1"})
     assert gelf.parse_address("udp://[::1]:12201")[1].host == "::1"
+
+
+async def test_udp_to_a_closed_port_raises_receiver_down() -> None:
+    async with gelf_receiver() as rx:
+        address = rx.udp_address
+    d = driver(**{"gelf-address": address})  # nothing listens there any more
+    with pytest.raises(ReceiverDown, match="cannot send GELF message"):
+        for _ in range(10):  # the port unreachable comes back after a first datagram
+            await d.send([msg(b"lost")])
+            await trio.sleep(0.01)
+    await d.aclose()
