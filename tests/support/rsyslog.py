@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 import trustme
 
 BINARY = "/usr/sbin/rsyslogd"
@@ -150,6 +151,14 @@ class Rsyslog:
             if len(got) >= count or time.monotonic() > deadline:
                 return got
             time.sleep(0.05)
+
+    async def await_records(self, count: int, *, contains: str = "",
+                            timeout: float = 10) -> list[dict[str, Any]]:
+        """``wait_records`` for a trio test whose own tasks must run meanwhile."""
+        with trio.move_on_after(timeout):
+            while len(got := [r for r in self.records() if contains in r["raw"]]) < count:
+                await trio.sleep(0.05)
+        return got
 
 
 @contextlib.contextmanager

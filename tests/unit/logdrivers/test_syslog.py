@@ -19,8 +19,10 @@ import pytest
 import trio
 import trustme
 
+from svc.logdrivers import pump as pump_module
 from svc.logdrivers import syslog
 from svc.logdrivers.base import Info, Message, OptionError, ReceiverDown
+from svc.logdrivers.pump import LogPump
 from tests.support.rsyslog import Rsyslog, rsyslog
 
 T = 1_700_000_000_123_456_789
@@ -256,3 +258,27 @@ async def test_over_plain_tcp_messages_are_newline_ended_without_counts() -> Non
     tag, got = await capture({"syslog-format": "rfc5424"}, False, msg(b"a"), msg(b"b"))
     assert got == (f"<30>1 {local()} {HOST} {tag} {PID} {tag} - a\n"
                    f"<30>1 {local()} {HOST} {tag} {PID} {tag} - b\n").encode()
+
+
+async def test_through_the_pump_nothing_is_lost_while_the_receiver_is_down(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pump_module, "RETRY_MAX", 0.5)
+    with rsyslog() as server:
+        i = info(**{"syslog-address": f"tcp://127.0.0.1:{server.tcp}"})
+        pump = LogPump(syslog.create(i), mode="blocking", max_bytes=1 << 20)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            for n in range(50):
+                await pump.put(msg(b"before %d" % n))
+            assert len(await server.await_records(50, contains=i.id)) == 50
+            server.stop_process()
+            await trio.sleep(0.1)
+            for n in range(50):
+                await pump.put(msg(b"during %d" % n))
+            await trio.sleep(0.5)  # the pump retries against a refusing port
+            server.start()
+            await pump.close(timeout=10)
+            nursery.cancel_scope.cancel()
+        got = [r["msg"].strip() for r in server.wait_records(100, contains=i.id)]
+        assert got == [f"before {n}" for n in range(50)] + [f"during {n}" for n in range(50)]
+        assert pump.dropped == 0
