@@ -11,7 +11,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry etcd-server apache2-utils openssl
-              ca-certificates procps util-linux kmod curl)
+              ca-certificates procps util-linux kmod curl
+              systemd rsyslog rsyslog-gnutls)   # journald/journalctl and rsyslogd: log drivers' tests
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,7 +24,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 # docker-registry's and etcd-server's packages start services (:5000, :2379); tests run their
-# own on addresses and ports of their choosing.
+# own on addresses and ports of their choosing. (rsyslog's is left alone: it listens on no
+# port, and the log drivers' tests run their own rsyslogd on free ports and private sockets.)
 for unit in docker-registry etcd; do
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q "$unit" 2>/dev/null; then
         systemctl stop "$unit" || true
