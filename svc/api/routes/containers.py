@@ -23,8 +23,10 @@ from svc.api.versioning import api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import ContainersBackend
 from svc.engine.containers.container import Container
+from svc.engine.containers.journal_logs import journal_stream
 from svc.engine.containers.logs import follows, log_stream, read_log
 from svc.engine.containers.service import ContainerService
+from svc.engine.containers.shipping import READABLE
 from svc.errors import InvalidParameter, NotFound
 from svc.models.containers import (
     CreateBody,
@@ -274,7 +276,7 @@ async def logs(ref: str) -> Response:
     stdout, stderr = qbool("stdout"), qbool("stderr")
     if not (stdout or stderr):
         raise InvalidParameter("Bad parameters: you must choose at least one stream")
-    if c.log_driver() != "json-file":
+    if c.log_driver() not in READABLE:
         raise InvalidParameter(f'configured logging driver "{c.log_driver()}" does not support '
                                "reading")
     since_raw = qstr("since")
@@ -293,6 +295,10 @@ async def logs(ref: str) -> Response:
                 from None
         tail = None if tail < 0 else tail
     timestamps, follow = qbool("timestamps"), qbool("follow")
+    if c.log_driver() == "journald":
+        return await respond_chunked(
+            journal_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
+                           timestamps=timestamps, follow=follow), content_type=RAW_STREAM)
     if follows(c, follow):
         return await respond_chunked(
             log_stream(c, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,

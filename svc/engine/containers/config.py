@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from svc.engine.containers import security_opts
 from svc.engine.networks.ports import parse_port, valid_port
 from svc.errors import InvalidParameter
+from svc.logdrivers import registry as logdrivers
 from svc.models.containers import ContainerConfig, CreateBody, HostConfigBody
 from svc.models.imageconfig import RunConfig
 from svc.runtime.cgroups import Knobs
@@ -28,7 +29,7 @@ MIN_MEMORY = 4 << 20
 RESTART_POLICIES = ("", "no", "always", "unless-stopped", "on-failure")
 LOG_DRIVERS_KNOWN = ("json-file", "none", "syslog", "journald", "gelf", "fluentd", "awslogs",
                      "splunk", "etwlogs", "gcplogs")
-LOG_DRIVERS_BUILT = ("json-file", "none")
+LOG_DRIVERS_BUILT = ("json-file", "none", *logdrivers.SHIPPING)
 ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile",
            "nproc", "rss", "rtprio", "rttime", "sigpending", "stack", "as")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -269,15 +270,17 @@ def _check_log_config(hc: HostConfigBody) -> None:
         raise InvalidParameter(f"logger: no log driver named '{driver}' is registered")
     if driver not in LOG_DRIVERS_BUILT:
         raise InvalidParameter(f"the {driver} logging driver is not available in svc: use "
-                               "json-file or none")
+                               f"one of {', '.join(LOG_DRIVERS_BUILT)}")
     config = hc.LogConfig.Config or {}
     if driver == "none" and config:
         raise InvalidParameter("the none logging driver takes no options")
-    if driver == "json-file":
-        try:
+    try:
+        if driver == "json-file":
             parse_log_opts(config)
-        except ValueError as exc:
-            raise InvalidParameter(f"LogConfig (json-file): {exc}") from None
+        elif driver in logdrivers.SHIPPING:
+            logdrivers.validate(driver, config)
+    except ValueError as exc:  # (OptionError is one)
+        raise InvalidParameter(f"LogConfig ({driver}): {exc}") from None
 
 
 def _check_network_mode(mode: str) -> None:

@@ -27,6 +27,7 @@ from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.overlay import Overlay
 from svc.engine.containers.rootfs import image_dir
+from svc.engine.containers.shipping import open_shipping
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
 from svc.engine.containers.state import transition
 from svc.engine.containers.supervise import Supervisor
@@ -150,18 +151,24 @@ class Runner:
         left behind: no mount, runc state or cgroup.
         """
         assert self._nursery is not None, "the runner is not bound to the engine's nursery"
+        pump = None
         try:
+            pump = await open_shipping(c)  # (an unreachable receiver fails the start first)
             with self.launches.launching():  # until c.live names the init's pid
                 live, pipes = await self._create(c)
-        except RuntimeFailure as exc:
-            code, err = start_failure(exc)
-            await self._record_failure(c, code, str(exc))
-            raise err from None
-        except (SvcError, OSError) as exc:
-            await self._record_failure(c, 128, str(exc))
+        except BaseException as exc:
+            if pump is not None:
+                with trio.CancelScope(shield=True):
+                    await pump.driver.aclose()
+            if isinstance(exc, RuntimeFailure):
+                code, err = start_failure(exc)
+                await self._record_failure(c, code, str(exc))
+                raise err from None
+            if isinstance(exc, SvcError | OSError):
+                await self._record_failure(c, 128, str(exc))
             raise
         live.launched = launched = trio.Event()
-        await self._nursery.start(self.supervisor.supervise, c, live, pipes)
+        await self._nursery.start(self.supervisor.supervise, c, live, pipes, pump)
         try:
             try:
                 await self.runtime.start(c.id)

@@ -20,8 +20,10 @@ from svc.engine.containers.attach import OutputHub, output_chunks
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
 from svc.engine.containers.logguard import GuardedLog
+from svc.engine.containers.shipping import Shipper
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
+from svc.logdrivers.pump import LogPump
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
@@ -59,11 +61,14 @@ class Supervisor:
         self.launch = launch
         self.unsaved: dict[str, Container] = {}  # records a full disk held back
 
-    async def supervise(self, c: Container, live: Live, pipes: ContainerPipes | None, *,
-                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def supervise(self, c: Container, live: Live, pipes: ContainerPipes | None,
+                        pump: LogPump | None = None, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the process until it exits, then record the exit and apply the restart policy.
+        ``pump`` ships the output when the container's log driver does (``shipping``).
 
-        Cancellation (daemon shutdown): the container is killed and torn down, shielded.
+        Cancellation (daemon shutdown): the container is killed and torn down, shielded; its
+        shipped lines still go to their receiver for a while (``Shipper.close``).
         """
         try:
             guard = _open_log(c)
@@ -71,19 +76,26 @@ class Supervisor:
             log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
             guard = None
         live.log = guard.writer if guard is not None else None
+        shipper = Shipper(pump) if pump is not None else None
         task_status.started()
-        try:
-            await self._supervise_run(c, live, pipes, guard)
-        except Exception:  # a bug must never take the daemon (and every container) down
-            log.exception("supervising container %s failed", c.short_id)
+        async with trio.open_nursery() as nursery:
+            if shipper is not None:
+                nursery.start_soon(shipper.run)
+            try:
+                await self._supervise_run(c, live, pipes, guard, shipper)
+            except Exception:  # a bug must never take the daemon (and every container) down
+                log.exception("supervising container %s failed", c.short_id)
+            finally:
+                if shipper is not None:
+                    await shipper.close()
 
     async def _supervise_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                             guard: GuardedLog | None) -> None:
+                             guard: GuardedLog | None, shipper: Shipper | None) -> None:
         """Watch, then record the exit whatever happened: every step of the ending runs
         (a full disk fails the log's last lines and the record's save, never the ending)."""
         code = -1
         try:
-            code = await self._watch(c, live, pipes, guard)
+            code = await self._watch(c, live, pipes, guard, shipper)
         except Exception:
             log.exception("watching container %s failed; it is killed", c.short_id)
         finally:
@@ -118,7 +130,7 @@ class Supervisor:
             await self._maybe_restart(c, code)
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
-                     guard: GuardedLog | None) -> int:
+                     guard: GuardedLog | None, shipper: Shipper | None) -> int:
         sources: list[tuple[Any, str]] = (
             [(pipes.stdout, "stdout"), (pipes.stderr, "stderr")] if pipes is not None
             else [(live.console, "stdout")])
@@ -127,7 +139,7 @@ class Supervisor:
             for stream, name in sources:
                 ev = trio.Event()
                 done.append(ev)
-                nursery.start_soon(_copy_output, stream, name, guard, c.hub, ev)
+                nursery.start_soon(_copy_output, stream, name, guard, shipper, c.hub, ev)
             code = await wait_pid(live.pid)
             with trio.move_on_after(DRAIN_SECONDS):
                 for ev in done:
@@ -232,11 +244,11 @@ def _open_log(c: Container) -> GuardedLog | None:
     return GuardedLog(writer, c.short_id, on_full(opts))
 
 
-async def _copy_output(stream: Any, name: str, guard: GuardedLog | None, hub: OutputHub,
-                       done: trio.Event) -> None:
-    """Copy one output stream to the log and the attached clients until EOF (a pty master
-    reports EIO at the end). Each log write is handed to the ``logs -f`` taps in the same
-    step, with the writer's position after it."""
+async def _copy_output(stream: Any, name: str, guard: GuardedLog | None,
+                       shipper: Shipper | None, hub: OutputHub, done: trio.Event) -> None:
+    """Copy one output stream to the log (or the log driver's receiver) and the attached
+    clients until EOF (a pty master reports EIO at the end). Each log write is handed to the
+    ``logs -f`` taps in the same step, with the writer's position after it."""
     code = STDOUT if name == "stdout" else STDERR
     try:
         async with aclosing(output_chunks(stream)) as chunks:
@@ -247,8 +259,12 @@ async def _copy_output(stream: Any, name: str, guard: GuardedLog | None, hub: Ou
                     if written and hub.taps:
                         hub.logged(Tapped(code, chunk, ts, *guard.writer.position(),
                                           records=made))
+                elif shipper is not None:
+                    await shipper.put(name, chunk, time.time_ns())
                 await hub.publish(code, chunk)
     finally:
+        if shipper is not None:
+            shipper.end_stream(name, time.time_ns())
         if guard is not None:
             ts = time.time_ns()
             guard.flush(ts, name)  # this stream's unfinished line: the other may go on

@@ -1,0 +1,173 @@
+"""Log drivers end to end (issue 28): containers run by the real CLI and both SDKs with
+``--log-driver journald|syslog|gelf|fluentd``, their lines arriving at real receivers with the
+engines' fields; ``docker logs`` and ``logs -f`` read back from the journal; bad options
+refused at create naming the option; an unreachable receiver failing the start where the
+engines failed it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from tests.conftest import docker_cli, run_sdk
+from tests.runtime.conftest import skip_reason
+from tests.support.daemon import Daemon, with_busybox
+from tests.support.fluentd_receiver import fluentd_receiver
+from tests.support.gelf_receiver import gelf_receiver
+from tests.support.journald import PrivateJournald, private_journald
+from tests.support.rsyslog import Rsyslog, rsyslog
+
+
+@pytest.fixture(scope="module")
+def journal() -> Iterator[PrivateJournald]:
+    with private_journald() as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def syslogd() -> Iterator[Rsyslog]:
+    with rsyslog() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def ld(journal: PrivateJournald) -> Iterator[Daemon]:
+    """A daemon whose journald driver writes to the test's private journal."""
+    if reason := skip_reason():
+        pytest.skip(reason)
+    env = {"SVC_JOURNAL_SOCKET": journal.socket, "SVC_JOURNAL_DIRECTORY": journal.directory}
+    with with_busybox(Daemon(env=env)) as d:
+        yield d
+
+
+def cli(d: Daemon, *args: str, ok: bool = True) -> str:
+    proc = docker_cli(d.url, *args)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc.stdout if ok else proc.stderr
+
+
+def test_journald_fields_and_docker_logs(ld: Daemon, journal: PrivateJournald) -> None:
+    cid = cli(ld, "run", "-d", "--name", "jfields", "--log-driver", "journald",
+              "--log-opt", "tag={{.Name}}/{{.ImageName}}", "--log-opt", "labels=team",
+              "--log-opt", "env=STAGE", "--label", "team=core", "-e", "STAGE=test",
+              "busybox", "sh", "-c", "echo out; echo err >&2; printf unfinished").strip()
+    assert cli(ld, "wait", cid).strip() == "0"
+    entries = journal.wait_entries(3, f"CONTAINER_ID_FULL={cid}")
+    by_message = {e["MESSAGE"]: e for e in entries}
+    assert set(by_message) == {"out", "err", "unfinished"}
+    out = by_message["out"]
+    assert (out["CONTAINER_ID"], out["CONTAINER_NAME"], out["CONTAINER_TAG"]) == \
+        (cid[:12], "jfields", "jfields/busybox")
+    assert (out["PRIORITY"], by_message["err"]["PRIORITY"]) == ("6", "3")
+    assert (out["TEAM"], out["STAGE"], out["SYSLOG_IDENTIFIER"]) == \
+        ("core", "test", "jfields/busybox")
+    assert by_message["unfinished"]["CONTAINER_PARTIAL_MESSAGE"] == "true"
+
+    proc = docker_cli(ld.url, "logs", cid)
+    assert (proc.stdout, proc.stderr) == ("out\nunfinished", "err\n")
+    assert cli(ld, "logs", "--tail", "1", cid) == "unfinished"
+    stamped = cli(ld, "logs", "--timestamps", "--tail", "2", cid).splitlines()
+    assert all(line.split(" ", 1)[0].endswith("Z") for line in stamped)
+
+
+def test_journald_logs_follow_ends_with_the_container(ld: Daemon) -> None:
+    cid = cli(ld, "run", "-d", "--log-driver", "journald", "busybox", "sh", "-c",
+              "for i in 1 2 3; do echo line $i; sleep 0.3; done").strip()
+    proc = docker_cli(ld.url, "logs", "-f", cid, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "line 1\nline 2\nline 3\n"
+
+
+def test_syslog_through_the_sdk(ld: Daemon, syslogd: Rsyslog) -> None:
+    script = f"""
+import docker, json, sys
+c = docker.DockerClient(base_url=sys.argv[1], version="1.23")
+lc = docker.types.LogConfig(type="syslog", config={{
+    "syslog-address": "udp://127.0.0.1:{syslogd.udp}", "syslog-format": "rfc5424",
+    "syslog-facility": "local3", "tag": "{{{{.Name}}}}"}})
+ctr = c.containers.run("busybox", ["sh", "-c", "echo via-sdk7"], name="sdksyslog",
+                       log_config=lc, detach=True)
+ctr.wait()
+try:
+    ctr.logs()
+    err = ""
+except docker.errors.APIError as exc:
+    err = str(exc.explanation)
+print(json.dumps({{"id": ctr.id, "err": err}}))
+"""
+    out = json.loads(run_sdk("sdk7", script, ld.url))
+    assert "does not support reading" in out["err"]
+    rec = syslogd.wait_records(1, contains="via-sdk7")[0]
+    assert (rec["app"], rec["facility"], rec["severity"]) == ("sdksyslog", "19", "6")  # local3
+
+
+def test_gelf_through_docker_py_1(ld: Daemon) -> None:
+    async def main() -> None:
+        async with gelf_receiver() as rx:
+            script = f"""
+import docker, sys
+c = docker.Client(base_url=sys.argv[1], version="1.22")
+hc = c.create_host_config(log_config={{"type": "gelf", "config": {{
+    "gelf-address": "{rx.udp_address}", "gelf-compression-type": "zlib"}}}})
+ctr = c.create_container("busybox", ["sh", "-c", "echo via-dockerpy1"], host_config=hc,
+                         name="gelfpy1", labels={{"team": "core"}})
+c.start(ctr)
+c.wait(ctr)
+print(ctr["Id"])
+"""
+            cid = (await trio.to_thread.run_sync(run_sdk, "dockerpy1", script, ld.url)).strip()
+            doc = (await rx.wait_for(1))[0]
+            assert doc["short_message"] == "via-dockerpy1"
+            assert (doc["_container_id"], doc["_container_name"], doc["_image_name"]) == \
+                (cid, "gelfpy1", "busybox")
+            assert (doc["level"], doc["_tag"]) == (6, cid[:12])
+
+    trio.run(main)
+
+
+def test_fluentd_through_the_cli(ld: Daemon) -> None:
+    async def main() -> None:
+        async with fluentd_receiver() as rx:
+            cid = (await trio.to_thread.run_sync(lambda: cli(
+                ld, "run", "--name", "fluent1", "--log-driver", "fluentd",
+                "--log-opt", f"fluentd-address={rx.address}", "--log-opt",
+                "tag=app.{{.Name}}", "busybox", "sh", "-c", "echo one; echo two >&2"))).strip()
+            entries = await rx.wait_for(2)
+            assert [e.tag for e in entries] == ["app.fluent1"] * 2
+            records = sorted((e.record["source"], e.log_bytes()) for e in entries)
+            assert records == [("stderr", b"two"), ("stdout", b"one")]
+            assert entries[0].record["container_name"] == "/fluent1"
+            assert len(entries[0].record["container_id"]) == 64
+            del cid
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--log-driver", "gelf", "--log-opt", "gelf-address=udp://127.0.0.1:1",
+      "--log-opt", "bogus=1"], "bogus"),
+    (["--log-driver", "syslog", "--log-opt", "syslog-facility=nowhere"], "nowhere"),
+    (["--log-driver", "journald", "--log-opt", "tag={{.Nope}}"], "{{.Nope}}"),
+    (["--log-driver", "fluentd", "--log-opt", "mode=fast"], "mode"),
+    (["--log-driver", "splunk"], "splunk"),
+])
+def test_bad_options_are_refused_at_create(ld: Daemon, args: list[str], says: str) -> None:
+    proc = docker_cli(ld.url, "create", *args, "busybox", "true")
+    assert proc.returncode != 0
+    assert says in proc.stderr, proc.stderr
+
+
+def test_an_unreachable_fluentd_fails_the_start_unless_async(ld: Daemon) -> None:
+    port = 9  # discard: nothing listens on 127.0.0.1:9 here
+    proc = docker_cli(ld.url, "run", "--log-driver", "fluentd", "--log-opt",
+                      f"fluentd-address=127.0.0.1:{port}", "busybox", "true")
+    assert proc.returncode != 0 and "failed to initialize logging driver" in proc.stderr
+    proc = docker_cli(ld.url, "run", "--log-driver", "fluentd", "--log-opt",
+                      f"fluentd-address=127.0.0.1:{port}", "--log-opt",
+                      "fluentd-async-connect=true", "--log-opt", "mode=non-blocking",
+                      "busybox", "echo", "ok")
+    assert proc.returncode == 0, proc.stderr
