@@ -171,3 +171,62 @@ def test_an_unreachable_fluentd_fails_the_start_unless_async(ld: Daemon) -> None
                       "fluentd-async-connect=true", "--log-opt", "mode=non-blocking",
                       "busybox", "echo", "ok")
     assert proc.returncode == 0, proc.stderr
+
+
+# -- a receiver that goes away -----------------------------------------------------------------
+
+LINES = 10_000  # of 1,000 bytes: 10 MB
+WRITER = ["sh", "-c", f"yes $(printf %0999d 0) | head -n {LINES}"]
+
+
+def _state(d: Daemon, cid: str) -> str:
+    return cli(d, "inspect", "-f", "{{.State.Status}}", cid).strip()
+
+
+def _dropped(d: Daemon) -> int:
+    import httpx
+
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)), base_url="http://svc",
+                      timeout=30) as c:
+        rows = dict(c.get("/info").json()["SystemStatus"])
+    return int(rows["Log Messages Dropped"])
+
+
+def test_blocking_mode_holds_the_container_until_the_receiver_is_back(ld: Daemon) -> None:
+    async def main() -> None:
+        async with fluentd_receiver() as rx:
+            await rx.stop()
+            cid = (await trio.to_thread.run_sync(lambda: cli(
+                ld, "run", "-d", "--log-driver", "fluentd", "--log-opt",
+                f"fluentd-address={rx.address}", "--log-opt", "fluentd-async-connect=true",
+                "--log-opt", "fluentd-retry-wait=100ms", "busybox", *WRITER))).strip()
+            await trio.sleep(3)
+            # 10 MB cannot fit the 1 MB buffer: the container waits for the receiver
+            assert await trio.to_thread.run_sync(_state, ld, cid) == "running"
+            await rx.start()
+            code = await trio.to_thread.run_sync(lambda: cli(ld, "wait", cid).strip())
+            assert code == "0"
+            entries = await rx.wait_for(LINES, timeout=60)
+            assert len(entries) == LINES
+            assert all(e.log_bytes() == b"0" * 999 for e in entries)
+
+    trio.run(main)
+
+
+def test_non_blocking_mode_finishes_on_time_and_counts_the_drops(ld: Daemon) -> None:
+    async def main() -> None:
+        async with fluentd_receiver() as rx:
+            await rx.stop()
+            before = await trio.to_thread.run_sync(_dropped, ld)
+            t0 = trio.current_time()
+            proc = await trio.to_thread.run_sync(lambda: docker_cli(
+                ld.url, "run", "--log-driver", "fluentd", "--log-opt",
+                f"fluentd-address={rx.address}", "--log-opt", "fluentd-async-connect=true",
+                "--log-opt", "mode=non-blocking", "busybox", *WRITER))
+            assert proc.returncode == 0, proc.stderr
+            assert trio.current_time() - t0 < 15  # not held by the absent receiver
+            with trio.fail_after(20):  # the run's flush gives up after 5 s
+                while await trio.to_thread.run_sync(_dropped, ld) - before < LINES // 2:
+                    await trio.sleep(0.5)
+
+    trio.run(main)
