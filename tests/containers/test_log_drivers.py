@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -228,5 +229,29 @@ def test_non_blocking_mode_finishes_on_time_and_counts_the_drops(ld: Daemon) -> 
             with trio.fail_after(20):  # the run's flush gives up after 5 s
                 while await trio.to_thread.run_sync(_dropped, ld) - before < LINES // 2:
                     await trio.sleep(0.5)
+
+    trio.run(main)
+
+
+def test_the_daemons_default_driver_from_its_config_file(tmp_path: Path) -> None:
+    if reason := skip_reason():
+        pytest.skip(reason)
+
+    async def main() -> None:
+        async with gelf_receiver() as rx:
+            conf = tmp_path / "daemon.json"
+            conf.write_text(json.dumps({"log-driver": "gelf", "log-opts": {
+                "gelf-address": rx.udp_address, "tag": "dflt-{{.Name}}"}}))
+            with with_busybox(Daemon(["--config-file", str(conf)])) as d:
+                out = await trio.to_thread.run_sync(lambda: cli(
+                    d, "run", "--name", "byconf", "busybox", "echo", "from-default"))
+                assert out == "from-default\n"  # (attached: whatever the driver)
+                doc = (await rx.wait_for(1))[0]
+                assert (doc["short_message"], doc["_tag"]) == ("from-default", "dflt-byconf")
+                info = await trio.to_thread.run_sync(lambda: cli(
+                    d, "inspect", "-f", "{{json .HostConfig.LogConfig}}", "byconf"))
+                assert json.loads(info) == {"Type": "gelf", "Config": {
+                    "gelf-address": rx.udp_address, "tag": "dflt-{{.Name}}"}}
+                assert cli(d, "info", "-f", "{{.LoggingDriver}}").strip() == "gelf"
 
     trio.run(main)
