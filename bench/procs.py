@@ -26,8 +26,9 @@ class ServerProcess:
     """A server subprocess listening on a unix socket."""
 
     def __init__(self, name: str, argv: list[str], socket_path: Path, log_path: Path,
-                 ready_target: str) -> None:
+                 ready_target: str, env: dict[str, str] | None = None) -> None:
         self.name = name
+        self.env = env  # added to this process's environment
         self.argv = argv
         self.socket = socket_path
         self.log_path = log_path
@@ -45,7 +46,8 @@ class ServerProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, cwd=REPO, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         env={**os.environ, **self.env} if self.env else None)
         if not wait_until(self._ready, timeout):
             raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s\n{self.log_tail()}")
         self.ready_at = time.monotonic()
@@ -112,8 +114,10 @@ def bench_bridge(workdir: Path) -> str:
     return "svb" + workdir.name.rsplit("-", 1)[-1][:8].replace("_", "x")
 
 
-def daemon(workdir: Path) -> ServerProcess:
-    """The real svcd plus probe routes, with all of its state under ``workdir``."""
+def daemon(workdir: Path, *, env: dict[str, str] | None = None,
+           bip: str | None = None) -> ServerProcess:
+    """The real svcd plus probe routes, with all of its state under ``workdir`` (a second
+    daemon of a run needs a ``bip`` of its own)."""
     config_file = workdir / "daemon.json"
     config_file.write_text("{}\n")  # never pick up /etc/svc/daemon.json
     sock = workdir / "svc.sock"
@@ -121,9 +125,20 @@ def daemon(workdir: Path) -> ServerProcess:
             "--root", str(workdir / "root"), "--exec-root", str(workdir / "exec"),
             "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file),
             "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1",
-            "--bridge", bench_bridge(workdir), "--bip", BENCH_BIP]
+            "--bridge", bench_bridge(workdir), "--bip", bip or BENCH_BIP]
     return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
-                         "/_ping")
+                         "/_ping", env)
+
+
+def stop_daemon(d: ServerProcess, workdir: Path, bip: str | None = None) -> int | None:
+    """Stop a daemon of ``daemon(workdir)`` and remove what it leaves: its containers'
+    processes and cgroups, its bridge and rules. Returns its exit code."""
+    from tests.support.daemon import reap_containers, remove_bridge
+
+    code = d.stop()
+    reap_containers(workdir / "exec" / "runc", workdir, f"/{workdir.name}")
+    remove_bridge(bench_bridge(workdir), bip or BENCH_BIP, workdir / "root")
+    return code
 
 
 def floor_server(workdir: Path, responses: dict[str, bytes]) -> ServerProcess:

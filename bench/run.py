@@ -36,6 +36,7 @@ from bench import (  # noqa: E402
     bench_containers,
     bench_events,
     bench_images,
+    bench_logdrivers,
     bench_network,
     bench_overlay,
     bench_pull,
@@ -70,6 +71,7 @@ BENCHMARKS = [
     Benchmark("containers", bench_containers.containers),
     Benchmark("removal", bench_removal.removal),
     Benchmark("streams", bench_streams.streams),
+    Benchmark("logdrivers", bench_logdrivers.logdrivers),
     Benchmark("network", bench_network.network),
     Benchmark("network_scale", bench_scale.network_scale),
     Benchmark("fuzz_rss", bench_scale.fuzz_rss),
@@ -148,12 +150,8 @@ def shutdown_report(daemon: procs.ServerProcess, workdir: Path) -> dict[str, Any
     """Stop svcd and check it left nothing behind; reads its log before the directory goes.
     The containers' cgroup parent (``--cgroup-parent /<workdir name>``) and the run's bridge
     are removed too."""
-    from tests.support.daemon import reap_containers, remove_bridge
-
     t0 = time.monotonic()
-    code = daemon.stop()
-    reap_containers(workdir / "exec" / "runc", workdir, f"/{workdir.name}")
-    remove_bridge(procs.bench_bridge(workdir), procs.BENCH_BIP, workdir / "root")
+    code = procs.stop_daemon(daemon, workdir)
     leftovers = [p.name for p in (daemon.socket, workdir / "svc.pid") if p.exists()]
     text = daemon.log_text()
     log_lines = [ln for ln in text.splitlines() if any(m in ln for m in LOG_MARKS)]

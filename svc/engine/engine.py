@@ -257,4 +257,5 @@ class Engine:
             images=len(self.images.images), listeners=self.events.listeners,
             registry=self.config.registry, logging_driver=self.config.log_defaults.driver,
             cluster=self.cluster.status(),
+            log_dropped=self.containers.runner.supervisor.log_dropped.total,
         )

@@ -136,7 +136,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 containers: tuple[int, int, int, int], images: int,
                 listeners: int, registry: Registries,
                 logging_driver: str = "json-file",
-                cluster: ClusterStatus | None = None) -> SystemInfo:
+                cluster: ClusterStatus | None = None, log_dropped: int = 0) -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -147,7 +147,8 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         Driver="overlay2",
         DriverStatus=[["Backing Filesystem", host.fs_type(root)], ["Supports d_type", "true"],
                       ["Native Overlay Diff", "true"]],
-        SystemStatus=cluster_status(cluster),
+        SystemStatus=[*(cluster_status(cluster) or []),
+                      ["Log Messages Dropped", str(log_dropped)]],
         Plugins=PluginsInfo(Volume=["local"], Network=["bridge", "host", "null"]),
         MemoryLimit=cg.memory_limit, SwapLimit=cg.swap_limit, KernelMemory=cg.kernel_memory,
         CpuCfsPeriod=cg.cpu_cfs_period, CpuCfsQuota=cg.cpu_cfs_quota, CPUShares=cg.cpu_shares,

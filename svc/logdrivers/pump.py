@@ -93,6 +93,19 @@ class LogPump:
         self._empty = trio.Event() if self._empty.is_set() else self._empty
         return True
 
+    async def put_many(self, msgs: Sequence[Message]) -> None:
+        """``put`` for each of ``msgs`` in order, waiting (blocking mode) only while full:
+        the output path's call, one per chunk of output."""
+        for i, msg in enumerate(msgs):
+            if not self.offer(msg):
+                if self.mode == "non-blocking" or self._closing:
+                    # Full: the rest that fits still goes (a line that does not fit may be
+                    # followed by shorter ones that do), the others are counted.
+                    taken = sum(1 for m in msgs[i + 1:] if self.offer(m))
+                    self._drop(len(msgs) - i - taken)
+                    return
+                await self.put(msg)
+
     async def put(self, msg: Message) -> None:
         """Hand ``msg`` over: appended, or (full) dropped and counted in non-blocking mode,
         waited for in blocking mode. Cancellation: ``msg`` was not taken."""

@@ -66,13 +66,34 @@ async def open_shipping(c: Container) -> LogPump | None:
     return pump
 
 
+class Dropped:
+    """Messages the shipping drivers could not deliver since the daemon started (a full
+    buffer in non-blocking mode, a receiver still down at the end of a run, a batch given up
+    after the driver's retries): ``/info`` shows the count in its ``SystemStatus``."""
+
+    def __init__(self) -> None:
+        self.ended = 0  # by runs that have ended
+        self.running: set[Shipper] = set()
+
+    @property
+    def total(self) -> int:
+        return self.ended + sum(s.dropped for s in self.running)
+
+
 class Shipper:
     """One run's output to its pump, a cutter per stream (see the module)."""
 
-    def __init__(self, pump: LogPump) -> None:
+    def __init__(self, pump: LogPump, dropped: Dropped | None = None) -> None:
         self.pump = pump
         self._cutters = {"stdout": LineCutter(), "stderr": LineCutter()}
         self._sender: trio.CancelScope | None = None
+        self._tally = dropped
+        if dropped is not None:
+            dropped.running.add(self)
+
+    @property
+    def dropped(self) -> int:
+        return self.pump.dropped + int(getattr(self.pump.driver, "dropped", 0))
 
     async def run(self) -> None:
         """The pump's sender, shielded from the run's cancellation: ``close`` ends it, after
@@ -83,8 +104,8 @@ class Shipper:
     async def put(self, stream: str, chunk: bytes, ts: int) -> None:
         """Ship ``chunk`` of ``stream``: waits only for a full buffer in blocking mode.
         Cancellation: the lines not yet taken are lost (the run is ending)."""
-        for line, partial in self._cutters[stream].feed(chunk):
-            await self.pump.put(Message(line, stream, ts, partial))
+        await self.pump.put_many([Message(line, stream, ts, partial)
+                                  for line, partial in self._cutters[stream].feed(chunk)])
 
     def end_stream(self, stream: str, ts: int) -> None:
         """The stream ended: its unfinished line goes too, if the buffer has room."""
@@ -100,7 +121,10 @@ class Shipper:
             await self.pump.close(FLUSH_SECONDS)
             if self._sender is not None:
                 self._sender.cancel()
-        dropped = self.pump.dropped + getattr(self.pump.driver, "dropped", 0)
+        dropped = self.dropped
+        if self._tally is not None:
+            self._tally.running.discard(self)
+            self._tally.ended += dropped
         if dropped:
             log.warning("container %s: %d log message(s) were not delivered to its %s "
                         "receiver", self.pump.name, dropped, type(self.pump.driver).__name__)

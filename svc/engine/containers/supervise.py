@@ -20,7 +20,7 @@ from svc.engine.containers.attach import OutputHub, output_chunks
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
 from svc.engine.containers.logguard import GuardedLog
-from svc.engine.containers.shipping import Shipper
+from svc.engine.containers.shipping import Dropped, Shipper
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.logdrivers.pump import LogPump
@@ -60,6 +60,7 @@ class Supervisor:
         self.teardown = teardown
         self.launch = launch
         self.unsaved: dict[str, Container] = {}  # records a full disk held back
+        self.log_dropped = Dropped()  # log messages the shipping drivers could not deliver
 
     async def supervise(self, c: Container, live: Live, pipes: ContainerPipes | None,
                         pump: LogPump | None = None, *,
@@ -76,7 +77,7 @@ class Supervisor:
             log.error("container %s: the json-file log cannot be opened: %s", c.short_id, exc)
             guard = None
         live.log = guard.writer if guard is not None else None
-        shipper = Shipper(pump) if pump is not None else None
+        shipper = Shipper(pump, self.log_dropped) if pump is not None else None
         task_status.started()
         async with trio.open_nursery() as nursery:
             if shipper is not None:
