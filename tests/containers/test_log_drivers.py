@@ -255,3 +255,31 @@ def test_the_daemons_default_driver_from_its_config_file(tmp_path: Path) -> None
                 assert cli(d, "info", "-f", "{{.LoggingDriver}}").strip() == "gelf"
 
     trio.run(main)
+
+
+def test_a_daemon_shutdown_flushes_what_is_buffered() -> None:
+    """Lines buffered while the receiver was down go out when it comes back during the
+    daemon's shutdown (within the run's flush time, 5 s)."""
+    if reason := skip_reason():
+        pytest.skip(reason)
+
+    async def main() -> None:
+        async with fluentd_receiver() as rx:
+            await rx.stop()
+            with with_busybox(Daemon()) as d:
+                await trio.to_thread.run_sync(lambda: cli(
+                    d, "run", "-d", "--log-driver", "fluentd", "--log-opt",
+                    f"fluentd-address={rx.address}", "--log-opt", "fluentd-async-connect=true",
+                    "--log-opt", "fluentd-retry-wait=100ms", "busybox", "sh", "-c",
+                    "seq 1 1000; sleep 600"))
+                await trio.sleep(1)  # written, and held: nobody listens
+                assert rx.entries == []
+                async with trio.open_nursery() as nursery:  # the receiver is back during
+                    nursery.start_soon(trio.to_thread.run_sync, d.stop)  # the shutdown
+                    await trio.sleep(0.5)
+                    assert d.proc is not None and d.proc.poll() is None  # still flushing
+                    await rx.start()
+            entries = await rx.wait_for(1000, timeout=10)
+            assert [e.log_bytes() for e in entries] == [b"%d" % i for i in range(1, 1001)]
+
+    trio.run(main)
