@@ -283,3 +283,30 @@ def test_a_daemon_shutdown_flushes_what_is_buffered() -> None:
             assert [e.log_bytes() for e in entries] == [b"%d" % i for i in range(1, 1001)]
 
     trio.run(main)
+
+
+def test_a_compose_file_with_a_logging_section(ld: Daemon, syslogd: Rsyslog,
+                                               tmp_path: Path) -> None:
+    """compose 1.9.0 (version-2 file, API 1.22) sends ``logging:`` as HostConfig.LogConfig."""
+    from tests.containers.test_compose import COMPOSE, _compose
+
+    if not COMPOSE.exists():
+        pytest.skip(f"{COMPOSE} is missing: run scripts/setup.sh")
+    (tmp_path / "docker-compose.yml").write_text(f"""version: "2"
+services:
+  app:
+    image: busybox
+    command: ["sh", "-c", "echo from-compose"]
+    logging:
+      driver: syslog
+      options:
+        syslog-address: "tcp://127.0.0.1:{syslogd.tcp}"
+        tag: "compose-{{{{.Name}}}}"
+""")
+    name = "svctlog" + str(syslogd.tcp)
+    try:
+        _compose(ld, tmp_path, name, "up", "-d")
+        rec = syslogd.wait_records(1, contains="from-compose")[0]
+        assert rec["app"] == f"compose-{name}_app_1"
+    finally:
+        _compose(ld, tmp_path, name, "down", check=False)
