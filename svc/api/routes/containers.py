@@ -277,8 +277,9 @@ async def logs(ref: str) -> Response:
     if not (stdout or stderr):
         raise InvalidParameter("Bad parameters: you must choose at least one stream")
     if c.log_driver() not in READABLE:
-        raise InvalidParameter(f'configured logging driver "{c.log_driver()}" does not support '
-                               "reading")
+        raise InvalidParameter("configured logging reader does not support reading (the "
+                               f'container\'s log driver is "{c.log_driver()}"; json-file and '
+                               "journald can be read back)")
     since_raw = qstr("since")
     try:
         since_ns = parse_timestamp_ns(since_raw) if since_raw and since_raw != "0" else 0
