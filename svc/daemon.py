@@ -41,7 +41,7 @@ from svc.engine.cluster.session import ClusterFlags
 from svc.engine.containers.config import LogDefaults
 from svc.engine.engine import Adapters, Engine, EngineConfig
 from svc.errors import InvalidParameter
-from svc.memory import freeze_imports, scavenge
+from svc.memory import freeze_imports, scavenge, tune_heap
 from svc.registry.transport import RegistryConfig
 from svc.runtime.cgroups import CgroupV1
 from svc.runtime.runc import Runc
@@ -137,6 +137,7 @@ def run_daemon(config: DaemonConfig,
     # it to the hard limit as dockerd does (containers get their own from the spec).
     log.debug("descriptor limit %d", limits.raise_nofile())
     freeze_imports()  # before the state: records a removal makes garbage stay collectable
+    tune_heap()  # before any thread: an arena made before the cap would stay
     try:
         try:
             engine_config = EngineConfig(root=config.root, exec_root=config.exec_root,

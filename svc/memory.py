@@ -21,6 +21,13 @@ every buffer, sometimes for a whole run (measured: 70,000 faults and a third of 
 whose top is kept up to 8 MiB), so freed buffers are reused at once; the scavenger still gives
 back what a burst left.
 
+It also caps malloc's arenas at ``ARENAS``. glibc gives each thread that allocates while another
+holds an arena's lock an arena of its own, up to 8 per core, and every arena keeps its own free
+memory (up to the trim threshold at its top). The worker threads of an image load and a build
+left about 4 MiB resident in arenas of their own each, all still there with 500 containers
+(measured: 87.5 MiB after the images and build benchmarks, 79.6 MiB with two arenas). Python
+allocates with the GIL held, so the threads hardly ever contend for an arena's lock anyway.
+
 Where the C library is not glibc, there is nothing to call and the scavenger returns at once.
 
 Python's own collector is the third part: its full (oldest generation) collection walks every
@@ -50,7 +57,8 @@ INTERVAL = 2.0
 SLACK = 8 << 20
 MMAP_THRESHOLD = 4 << 20  # blocks below this come from the heap and are reused when freed
 TRIM_THRESHOLD = 8 << 20  # free() gives back the heap's top only beyond this
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+ARENAS = 2  # the main heap and one for the worker threads (see the module's doc)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # mallopt's (malloc.h)
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -87,9 +95,20 @@ class Heap:
         self._trim(0)
 
     def tune(self) -> bool:
-        """Fix malloc's mmap and trim thresholds (see the module's doc); True if both took."""
-        return bool(self._mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
-            bool(self._mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        """Fix malloc's mmap and trim thresholds and cap its arenas (see the module's doc);
+        True if all took. Call it before the daemon starts threads: arenas made before stay."""
+        return all([self._mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+                    self._mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+                    self._mallopt(_M_ARENA_MAX, ARENAS)])
+
+
+def tune_heap() -> None:
+    """Tune the process's glibc heap (:meth:`Heap.tune`), if it has one."""
+    heap = Heap.open()
+    if heap is None:
+        log.debug("no glibc malloc: its thresholds and arenas are left as they are")
+    elif not heap.tune():
+        log.debug("malloc refused the mmap and trim thresholds or the arena cap")
 
 
 def freeze_imports() -> None:
@@ -117,8 +136,6 @@ async def scavenge(heap: Heap | None = None, *, interval: float = INTERVAL,
     if heap is None:
         log.debug("no glibc malloc: freed memory is left to the C library")
         return
-    if not heap.tune():
-        log.debug("malloc refused the mmap and trim thresholds")
     rss, free = await trio.to_thread.run_sync(_sample, heap)
     while True:
         await trio.sleep(interval)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pydantic_core
+
 from svc.api.versioning import Version
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import parse_link
@@ -154,21 +156,19 @@ def inspect(c: Container, images: ImageService, nets: NetworkService, version: V
 
 
 def _paths(c: Container, images: ImageService) -> dict[str, Any]:
-    """The files and layer directories inspect shows: fixed for a container (and its image,
-    while that exists), so made once (paths cost a third of a fresh inspect)."""
+    """The files and layer directories inspect shows: ``Container``'s paths, joined as text
+    (seven ``Path`` joins cost 60 us, a third of a fresh inspect; strings 0.5 us, so nothing
+    is kept per container); the image's layer directories are kept per image."""
     image = images.images.get(c.image_id)
-    key = ("paths", image is not None)
-    cached = c.view_cache.get(key)
-    if cached is None:
-        graph = images.graph_data(image) if image is not None else {}
-        graph = dict(graph, UpperDir=str(c.upper_dir), WorkDir=str(c.work_dir),
-                     MergedDir=str(c.rootfs))
-        cached = c.view_cache[key] = {
-            "ResolvConfPath": str(c.resolv_conf_path), "HostnamePath": str(c.hostname_path),
-            "HostsPath": str(c.hosts_path),
-            "LogPath": str(c.log_path) if c.log_driver() == "json-file" else "",
+    graph = images.graph_data(image) if image is not None else {}
+    d = str(c.dir)
+    fs = d + "/fs"
+    graph["UpperDir"], graph["WorkDir"], graph["MergedDir"] = fs + "/diff", fs + "/work", \
+        fs + "/merged"
+    return {"ResolvConfPath": d + "/resolv.conf", "HostnamePath": d + "/hostname",
+            "HostsPath": d + "/hosts",
+            "LogPath": f"{d}/{c.id}-json.log" if c.log_driver() == "json-file" else "",
             "GraphDriver": {"Name": "overlay2", "Data": graph}}
-    return cached
 
 
 def _config(c: Container, version: Version) -> dict[str, Any]:
@@ -196,20 +196,35 @@ def _status(c: Container) -> str:
 
 def summary(c: Container, nets: NetworkService, names: list[str], version: Version,
             sizes: tuple[int, int] | None = None) -> dict[str, Any]:
-    """The list entry. Everything but Status (which ages) is cached until the container's
-    next saved change, so listing many containers costs little more than encoding them."""
-    key = (c.revision, tuple(names))
-    slot = ("summary", version)
-    entry = c.view_cache.get(slot) if sizes is None else None
-    if entry is not None and entry[0] == key:
-        cached = entry[1]
-    else:
-        cached = _summary(c, nets, names, version, sizes)
-        if sizes is None:
-            c.view_cache[slot] = (key, cached)
-    out = dict(cached)
+    """The list entry (built afresh: ``encoded_summary`` is the list's way without sizes)."""
+    out = _summary(c, nets, names, version, sizes)
     out["Status"] = _status(c)
     return out
+
+
+def encoded_summary(c: Container, nets: NetworkService, names: list[str],
+                    version: Version) -> bytes:
+    """The list entry without sizes, as JSON. Everything but Status (which ages) is kept
+    encoded until the container's next saved change, in two pieces around Status's value
+    (a third of the entry as dicts), so listing many containers costs little more than
+    joining them."""
+    key = (c.revision, tuple(names))
+    slot = ("summary", version)
+    entry = c.view_cache.get(slot)
+    if entry is None or entry[0] != key:
+        entry = c.view_cache[slot] = (key, *_split_at_status(
+            _summary(c, nets, names, version, None)))
+    return entry[1] + pydantic_core.to_json(_status(c)) + entry[2]
+
+
+def _split_at_status(body: dict[str, Any]) -> tuple[bytes, bytes]:
+    """``body`` encoded up to Status's value, and after it."""
+    keys = list(body)
+    at = keys.index("Status")
+    before = pydantic_core.to_json({k: body[k] for k in keys[:at]})
+    after = pydantic_core.to_json({k: body[k] for k in keys[at + 1:]})
+    head = before[:-1] + b',"Status":' if at else b'{"Status":'
+    return head, b"," + after[1:] if after != b"{}" else b"}"
 
 
 def _summary(c: Container, nets: NetworkService, names: list[str], version: Version,

@@ -48,7 +48,9 @@ from svc.errors import SvcError
 _SIMPLE_HEAD = re.compile(rb"[\x21-\x7e][\x20-\x7e\t\r\n]*")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
-ROUTES_KEPT = 4096  # paths whose route is remembered (``PlainRoutes._route``)
+# paths whose route is remembered (``PlainRoutes._route``): ~520 bytes each, and one per
+# container read (its id is in the path), so 1024 covers the bench's 500 containers twice over
+ROUTES_KEPT = 1024
 PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -83,7 +84,6 @@ class Engine:
         self.config = config
         self.store = adapters.store
         self.events = EventBus(EventLog(config.root / "events.jsonl", keep=REPLAY_EVENTS))
-        self.records: dict[str, dict[str, dict[str, object]]] = {c: {} for c in COLLECTIONS}
         self.engine_id = ""
         self._lock = RootLock(config.root)
         # Removed images' layers and containers' directories: deleted in the background.
@@ -135,20 +135,21 @@ class Engine:
             log.info("%d removed object(s) still to delete: deleted in the background",
                      pending.entries)
         self.engine_id = system.load_engine_id(self.config.root)
+        # (the records are only read here: the services hold the state, and the store on
+        # disk is the durable copy; a copy kept in memory cost 3 KiB per container)
+        records: dict[str, dict[str, dict[str, Any]]] = {}
         for collection in COLLECTIONS:
             report = self.store.load(collection)
-            self.records[collection] = report.records
+            records[collection] = report.records
             if report.skipped:
                 log.error("%s: skipped %d damaged record(s)", collection, len(report.skipped))
-        self.images.open(self.records["images"])
+        self.images.open(records["images"])
         self.distribution.open()
         self.builder.open()
-        self.volumes.open(self.records["volumes"])
-        for nid, rec in self.networks.open(self.records["networks"], self.engine_id):
+        self.volumes.open(records["volumes"])
+        for nid, rec in self.networks.open(records["networks"], self.engine_id):
             self.store.put("networks", nid, rec)
-            self.records["networks"][nid] = rec
-        self.containers.open(self.records["containers"],
-                             keep=self.store.ids_on_disk("containers"))
+        self.containers.open(records["containers"], keep=self.store.ids_on_disk("containers"))
         replayed = self.events.load()
         log.info("state loaded from %s: %d images, %d image names; %d recent events",
                  self.config.root, len(self.images.images), len(self.images.repos), replayed)
@@ -236,13 +237,11 @@ class Engine:
         """
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self.store.put, collection, oid, record)
-            self.records[collection][oid] = record
 
     async def delete_record(self, collection: str, oid: str) -> bool:
         """Remove a record durably; False if there was none. Shielded like ``save_record``."""
         with trio.CancelScope(shield=True):
             existed = await trio.to_thread.run_sync(self.store.delete, collection, oid)
-            self.records[collection].pop(oid, None)
         return existed
 
     # -- system ---------------------------------------------------------------------------

@@ -245,12 +245,14 @@ class EventBus:
     def __init__(self, sink: EventSink | None = None, *, keep: int = REPLAY_EVENTS) -> None:
         self._sink = sink
         self._keep = keep
-        # The shared log: events with sequence numbers _base .. _seq-1. It keeps at least
-        # max(keep, SUBSCRIBER_LAG) events and is trimmed in amortized O(1).
+        # The shared log: events with sequence numbers _base .. _seq-1. It keeps the newest
+        # ``keep`` (replay) and whatever a live subscriber has still to read, never more than
+        # max(keep, SUBSCRIBER_LAG) of those; it is trimmed in amortized O(1) (``_trim``).
         self._log: list[Event] = []
         self._base = 0
         self._seq = 0
         self._retain = max(keep, SUBSCRIBER_LAG)
+        self._trim_at = 2 * keep  # the log's length at which ``_append`` trims it
         self._lot = trio.lowlevel.ParkingLot()
         self._subs: list[Subscription] = []
         self._pending: deque[Event] = deque(maxlen=keep)  # not yet persisted (newest only)
@@ -280,10 +282,25 @@ class EventBus:
     def _append(self, ev: Event) -> None:
         self._log.append(ev)
         self._seq += 1
-        if len(self._log) >= 2 * self._retain:
-            cut = len(self._log) - self._retain
-            del self._log[:cut]
-            self._base += cut
+        if len(self._log) >= self._trim_at:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the events neither replay nor a live subscriber needs (a log that always
+        kept SUBSCRIBER_LAG events, up to twice that between trims, held 3-4 MiB after a
+        stream had ended). One more than SUBSCRIBER_LAG behind is cut off on its next read,
+        before it reads the log. After ``close``, ended streams drain from outside
+        ``_subs``: only that bound holds then. O(log + subscribers) per ``keep`` events."""
+        floor = self._seq - self._keep
+        if self.closed:
+            floor = self._seq - self._retain
+        for sub in self._subs:
+            floor = min(floor, sub.cursor)
+        floor = max(floor, self._seq - self._retain)
+        if floor > self._base:
+            del self._log[: floor - self._base]
+            self._base = floor
+        self._trim_at = len(self._log) + self._keep
 
     def publish(self, type: str, action: str, actor_id: str,
                 attributes: Mapping[str, str] | None = None) -> Event:

@@ -118,7 +118,9 @@ def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
 
     @bp.get("/_probe/store/<collection>")
     async def store_list(collection: str) -> Response:
-        return Response(json.dumps(engine.records[collection]), content_type="application/json")
+        """What the store holds on disk (what a restart would load)."""
+        report = await trio.to_thread.run_sync(engine.store.load, collection)
+        return Response(json.dumps(report.records), content_type="application/json")
 
     @bp.get("/_probe/params")
     async def params() -> Response:

@@ -3,7 +3,7 @@
 Both are plain routes too (``svc.api.fastpath``): without ``size=1`` (which reads the
 container's files) they are answered by the protocol straight from memory. An inspect's
 encoded answer is kept per container and API version (``encoded_inspect``) and served again
-until anything it shows may have changed.
+until anything it shows may have changed; so is most of each list entry.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def register(app: QuartTrio, backend: ContainersBackend) -> None:
 async def list_containers() -> Response:
     version = api_version()
     if not parse_bool("size", request.args.get("size")):
-        return Response(_encode(listing(request.args, version)), content_type="application/json")
+        return Response(listing(request.args, version), content_type="application/json")
     svc = _backend.get().containers
     out = []
     for c, names in _selected(request.args):
@@ -56,12 +56,21 @@ async def list_containers() -> Response:
 def list_plain(req: Plain) -> Answer | None:
     if parse_bool("size", req.args.get("size")):
         return None  # sizes read the disk: the full way
-    return Answer(_encode(listing(req.args, req.version)))
+    return Answer(listing(req.args, req.version))
 
 
-def listing(args: MultiDict[str, str], version: Version) -> list[dict[str, Any]]:
-    """The list without sizes."""
-    return [_summary(c, names, version, None) for c, names in _selected(args)]
+def listing(args: MultiDict[str, str], version: Version) -> bytes:
+    """The list without sizes, encoded (each entry mostly kept encoded: see
+    ``shapes.encoded_summary``)."""
+    nets = _backend.get().networks
+    out = []
+    for c, names in _selected(args):
+        try:
+            out.append(shapes.encoded_summary(c, nets, names, version))
+        except Exception:  # one misshapen record never fails the list for everyone
+            log.exception("container %s cannot be listed in full", c.id)
+            out.append(pydantic_core.to_json(shapes.fallback_summary(c, names)))
+    return b"[" + b",".join(out) + b"]\n"
 
 
 def _selected(args: MultiDict[str, str]) -> list[tuple[Container, list[str]]]:

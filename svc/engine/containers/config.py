@@ -62,8 +62,10 @@ def _merge_env(image_env: list[str], user_env: list[str]) -> list[str]:
 def merge_config(body: CreateBody, img: RunConfig,
                  container_id: str) -> tuple[ContainerConfig, str, list[str]]:
     """The container's Config (image defaults filled in) and its Path and Args."""
-    cfg = ContainerConfig.model_validate(body.model_dump(exclude={"HostConfig",
-                                                                   "NetworkingConfig"}))
+    # only what the client set: the rest takes the same defaults, and pydantic keeps the set
+    # of given field names per model (all 21 of them: 2 KiB per container)
+    cfg = ContainerConfig.model_validate(body.model_dump(
+        exclude={"HostConfig", "NetworkingConfig"}, exclude_unset=True))
     for env in cfg.Env or []:
         if not env.split("=", 1)[0]:
             raise InvalidParameter(f"invalid environment variable: {env!r}")

@@ -96,17 +96,18 @@ class Container:
     warnings: list[str] = field(default_factory=list)
     dir: Path = Path("/")  # <root>/containers/<id>
     live: Live | None = None
-    lock: trio.Lock = field(default_factory=trio.Lock)  # serialises lifecycle verbs
-    # serialises mounting and unmounting the overlay (two mounts of one upper/work dir at
-    # once: the second fails with EBUSY)
-    mount_lock: trio.Lock = field(default_factory=trio.Lock)
-    changed: trio.Event = field(default_factory=trio.Event)  # set (and replaced) on each change
     exec_ids: list[str] = field(default_factory=list)
     mounts: list[MountPoint] = field(default_factory=list)  # mounts.plan
     net_config: dict[str, EndpointPlan] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
-    hub: OutputHub = field(default_factory=OutputHub)  # attached clients, across runs
+    # The trio objects below (``lock``, ``mount_lock``, ``changed``, ``hub``) are made on
+    # first use: most containers are never started nor attached to, and the four cost 2 KiB
+    # (no checkpoint between the test and the assignment, so two tasks never make two).
+    _lock: trio.Lock | None = field(default=None, repr=False)
+    _mount_lock: trio.Lock | None = field(default=None, repr=False)
+    _changed: trio.Event | None = field(default=None, repr=False)
+    _hub: OutputHub | None = field(default=None, repr=False)
     revision: int = 0  # bumped by every save: lets views cache what they derive
     exits: int = 0  # exits seen since the daemon started: ``wait`` returns at the next one
     last_exit_code: int = 0  # that exit's code (a restart resets State.ExitCode to 0)
@@ -115,6 +116,35 @@ class Container:
     # build's RUN on a layer still being committed, until ``ContainerService.rebase``; not
     # saved (a restart finds the container on its image)
     build_lowers: tuple[str, ...] = ()
+
+    @property
+    def lock(self) -> trio.Lock:
+        """Serialises lifecycle verbs."""
+        if self._lock is None:
+            self._lock = trio.Lock()
+        return self._lock
+
+    @property
+    def mount_lock(self) -> trio.Lock:
+        """Serialises mounting and unmounting the overlay (two mounts of one upper/work dir
+        at once: the second fails with EBUSY)."""
+        if self._mount_lock is None:
+            self._mount_lock = trio.Lock()
+        return self._mount_lock
+
+    @property
+    def changed(self) -> trio.Event:
+        """Set (and replaced) on each change: see ``notify``."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        return self._changed
+
+    @property
+    def hub(self) -> OutputHub:
+        """The attached clients, across runs."""
+        if self._hub is None:
+            self._hub = OutputHub()
+        return self._hub
 
     @property
     def short_id(self) -> str:
@@ -167,8 +197,9 @@ class Container:
 
     def notify(self) -> None:
         """Wake whoever waits for a change of this container (wait, restart loops)."""
-        self.changed.set()
-        self.changed = trio.Event()
+        if self._changed is not None:  # else nobody waits
+            self._changed.set()
+            self._changed = None
 
     def log_driver(self) -> str:
         return self.host_config.LogConfig.Type or "json-file"

@@ -153,3 +153,19 @@ def test_a_subscriber_stuck_in_a_write_is_cut_off_by_the_bus() -> None:
     assert cuts == ["stuck"] and bus.listeners == 1
     assert stuck.error is not None and "fell more than 4096 events behind" in stuck.error
     assert idle.error is None  # not writing: it finds its lag itself on its next read
+
+
+async def test_the_log_keeps_the_replay_window_and_what_subscribers_still_need() -> None:
+    """Without subscribers only the newest ``keep`` are needed (replay); a subscriber that
+    has not read yet keeps its events in the log, up to the cut-off."""
+    bus = EventBus(keep=100)
+    for i in range(5000):
+        bus.publish("container", "n", str(i))
+    assert len(bus._log) < 2 * 100
+    replay = bus.subscribe(since_ns=0, until_ns=time.time_ns())
+    assert [e.actor_id for e in replay.backlog] == [str(i) for i in range(4900, 5000)]
+    slow = bus.subscribe()
+    for i in range(3000):
+        bus.publish("container", "m", str(i))
+    bus.close()
+    assert [e.actor_id for e in await _drain(slow)] == [str(i) for i in range(3000)]
