@@ -310,3 +310,14 @@ services:
         assert rec["app"] == f"compose-{name}_app_1"
     finally:
         _compose(ld, tmp_path, name, "down", check=False)
+
+
+def test_journald_logs_since(ld: Daemon) -> None:
+    cid = cli(ld, "run", "-d", "--log-driver", "journald", "busybox", "sh", "-c",
+              "echo early; sleep 2; echo late").strip()
+    assert cli(ld, "wait", cid).strip() == "0"
+    stamped = cli(ld, "logs", "--timestamps", cid).splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["early", "late"]
+    late = stamped[1].split(" ", 1)[0]  # RFC 3339 with nanoseconds
+    since = f"{late[:19]}Z"  # the second it was read in: after "early", two seconds before
+    assert cli(ld, "logs", "--since", since, cid) == "late\n"
