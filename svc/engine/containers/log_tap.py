@@ -35,8 +35,8 @@ from svc.engine.streams import thread_iter
 from svc.storage.jsonlog.follow import follow_framed_from, follow_from
 from svc.storage.jsonlog.reader import LogFiles, read_framed, read_logs, snapshot, span
 from svc.storage.jsonlog.writer import JsonLogWriter, LogFileRef
-from svc.wire.jsonlog import Records, format_time, records_of
-from svc.wire.jsonlog_parse import frame_parts
+from svc.wire.jsonlog import Lines, Records, format_time, records_of
+from svc.wire.jsonlog_parse import frame_lines, frame_parts
 from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.logs")
@@ -123,13 +123,13 @@ class _Cutter:
         self.timestamps, self.raw = timestamps, raw
 
     def render(self, items: list[Tapped]) -> bytes:
-        out: list[bytes] = []  # joined once: each byte is copied here and nowhere else
+        out: list[bytes | memoryview] = []  # joined once: each byte is copied here only
         for item in items:
             if not self.wants.get(item.code):
                 continue
             if item.flush:
                 if self.pending[item.code]:
-                    self._records(out, item.code, [([self.pending[item.code]], False)], item.ts)
+                    self._records(out, item.code, [[self.pending[item.code]]], item.ts)
                     self.pending[item.code] = b""
             else:
                 if self.raw and not self.timestamps:  # a TTY's bytes: records change nothing
@@ -145,15 +145,24 @@ class _Cutter:
                 self._records(out, item.code, groups, item.ts)
         return b"".join(out)
 
-    def _records(self, out: list[bytes], code: int, groups: list[tuple[list[bytes], bool]],
-                 ts: int) -> None:
+    def _records(self, out: list[bytes | memoryview], code: int,
+                 groups: list[Lines | list[bytes]], ts: int) -> None:
         stamp = format_time(ts).encode() if self.timestamps else None
-        for payloads, stripped in groups:
-            if not self.raw:
-                out += frame_parts(code, payloads, stripped, stamp)
-                continue
-            for p in payloads:
-                out += [stamp + b" " if stamp else b"", p, b"\n" if stripped else b""]
+        for group in groups:
+            if isinstance(group, Lines):
+                if not self.raw:
+                    out += frame_lines(code, group, stamp)
+                elif stamp is not None:  # a TTY's lines, each after its time
+                    lead = stamp + b" "
+                    out += [lead, memoryview(group.data.replace(b"\n", b"\n" + lead))
+                            [: -len(lead)]]
+                else:
+                    out.append(group.data)
+            elif not self.raw:
+                out += frame_parts(code, group, False, stamp)
+            else:
+                for p in group:
+                    out += [stamp + b" " if stamp else b"", p]
 
 
 async def follow_output(writer: JsonLogWriter, owner: TapOwner, stop: trio.Event, *,

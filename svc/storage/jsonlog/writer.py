@@ -29,6 +29,7 @@ from svc.wire.jsonlog import (
     escape,
     format_time,
     has_long_line,
+    plain_lines,
     record_end,
     records_of,
     split_long,
@@ -154,8 +155,8 @@ class JsonLogWriter:
 
         With ``records``, returns what :func:`records_of` would give for this write (the
         payloads of the records made, and the unfinished line kept), for ``logs -f``
-        followers; in the common case (short lines, nothing to escape) from the same split
-        that builds the file's bytes, so no follower cuts the chunk again.
+        followers; in the common case (short lines, nothing to escape) the lines as they are,
+        counted by the pass that checks them for escapes, so no follower cuts the chunk.
 
         Raises:
             ValueError: an unknown stream or a closed writer.
@@ -180,16 +181,14 @@ class JsonLogWriter:
             whole = data if cut == len(data) else data[:cut]
             if len(whole) > MAX_LINE and has_long_line(whole):
                 parts.extend(split_long(whole, end))
-            elif records and (escaped := escape(whole)) is whole:
-                # Nothing to escape: the lines cut here are the file's records and the
-                # followers' payloads both.
-                lines = whole.split(b"\n")
-                lines.pop()
-                parts += [START, (b"\\n" + end + START).join(lines), b"\\n" + end]
-                made = ([(lines, True)], b"")
             else:
+                # Nothing to escape (the common case): the followers get the lines as they
+                # are, counted by the same pass that checked them.
+                plain = plain_lines(whole) if records else None
+                if plain is not None:
+                    made = ([plain], b"")
                 # One pass for the whole batch: escape, then turn newlines into record breaks.
-                body = (escaped if records else escape(whole)).replace(
+                body = (whole if plain is not None else escape(whole)).replace(
                     b"\n", b"\\n" + end + START)
                 parts += [START, memoryview(body)[: -len(START)]]
         rest = data[cut:]

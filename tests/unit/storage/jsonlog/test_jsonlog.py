@@ -17,7 +17,7 @@ from svc.storage.jsonlog.follow import follow, follow_framed
 from svc.storage.jsonlog.options import parse_log_opts, parse_size
 from svc.storage.jsonlog.reader import log_files, read_framed, read_logs
 from svc.storage.jsonlog.writer import JsonLogWriter
-from svc.wire.jsonlog import MAX_LINE, encode_record, format_time, records_of
+from svc.wire.jsonlog import MAX_LINE, Lines, encode_record, format_time, records_of
 from svc.wire.jsonlog_parse import LogRecord
 from svc.wire.stdcopy import FrameDecoder
 
@@ -188,9 +188,9 @@ def test_one_streams_end_does_not_cut_the_others_line(tmp_path: Path) -> None:
 
 def test_records_of_cuts_as_the_writer_does() -> None:
     groups, rest = records_of(b"a\nbb\n" + b"x" * (MAX_LINE + 5))
-    assert groups == [([b"a", b"bb"], True), ([b"x" * MAX_LINE], False)] and rest == b"x" * 5
+    assert groups == [Lines(b"a\nbb\n", 0), [b"x" * MAX_LINE]] and rest == b"x" * 5
     groups, rest = records_of(b"y" * (MAX_LINE + 2) + b"\nz")
-    assert groups == [([b"y" * MAX_LINE, b"yy\n"], False)] and rest == b"z"
+    assert groups == [[b"y" * MAX_LINE, b"yy\n"]] and rest == b"z"
 
 
 def test_the_writers_own_records_are_what_records_of_gives(tmp_path: Path) -> None:
