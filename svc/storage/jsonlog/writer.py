@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 from types import TracebackType
 
+from svc.storage.writeback import start_writeback
 from svc.wire.jsonlog import (
     MAX_LINE,
     START,
@@ -36,6 +37,10 @@ from svc.wire.jsonlog import (
 )
 
 FILE_MODE = 0o640  # moby creates log files 0640
+# A busy log's pages go to the disk every 8 MiB as they are written (svc.storage.writeback):
+# the overlay unmount of the container's teardown syncs the whole file system, and a log of
+# hundreds of MB left dirty made the exit (and the end of ``logs -f``) wait for all of it.
+WRITEBACK_STEP = 8 << 20
 
 
 def rotated_name(path: Path, index: int, compressed: bool) -> Path:
@@ -124,7 +129,7 @@ class JsonLogWriter:
         self._pending = [b"", b""]
         self._last_time: str | None = None
         self._fd = -1
-        self._size = 0
+        self._size = self._flushed = 0
         if self.compress:
             self._finish_compression()
         self._open(truncate=False)
@@ -230,6 +235,8 @@ class JsonLogWriter:
         try:
             self.flush()
         finally:
+            if self._flushed and self._size > self._flushed:  # a busy log's tail too
+                start_writeback(self._fd, self._flushed, 0)
             os.close(self._fd)
             self._fd = -1
 
@@ -275,11 +282,15 @@ class JsonLogWriter:
                 os.ftruncate(self._fd, self._size)
             raise
         self._size += total
+        if self._size - self._flushed >= WRITEBACK_STEP:
+            start_writeback(self._fd, self._flushed, self._size - self._flushed)
+            self._flushed = self._size
 
     def _open(self, *, truncate: bool) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the torn-tail check
         self._fd = os.open(self.path, flags | (os.O_TRUNC if truncate else 0), FILE_MODE)
         self._size = os.fstat(self._fd).st_size
+        self._flushed = self._size  # written back from here on
         self._ref = LogFileRef(self.path)
         if self._size and os.pread(self._fd, 1, self._size - 1) != b"\n":
             self._write_all([b"\n"], 1)  # keep a torn record on a line of its own
