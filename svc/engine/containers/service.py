@@ -49,6 +49,7 @@ from svc.engine.images.service import Image, ImageService
 from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.ports import bindings as port_bindings
 from svc.engine.networks.service import NetworkService
+from svc.engine.streams import expand
 from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
@@ -335,8 +336,9 @@ class ContainerService:
         replay = None
         if logs and c.log_driver() == "json-file":
             def replay() -> AsyncIterator[bytes]:
-                return log_stream(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
-                                  timestamps=False, follow=False, raw=c.tty or raw_output)
+                return expand(log_stream(c, stdout=stdout, stderr=stderr, since_ns=0,
+                                         tail=None, timestamps=False, follow=False,
+                                         raw=c.tty or raw_output))
         self.runner.event(c, "attach")
         target = None
         if stdin and c.config.OpenStdin:
