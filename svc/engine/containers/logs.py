@@ -40,6 +40,13 @@ def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail:
                          timestamps=timestamps, stop=live.exited, grown=c.hub.next_publish)
 
 
+def log_replay(c: Container, *, stdout: bool, stderr: bool, raw: bool) -> AsyncIterator[bytes]:
+    """What the log holds now, as :func:`log_stream` chunks it without ``follow``, read in
+    worker threads (an attach's ``logs=1`` replay)."""
+    return thread_iter(read_log(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
+                                timestamps=False, raw=raw))
+
+
 def follows(c: Container, follow: bool) -> bool:
     """Whether a logs request with ``follow`` streams live (the container runs)."""
     return follow and c.live is not None and c.log_path.exists()
