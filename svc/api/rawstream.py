@@ -144,13 +144,17 @@ class RawStream(trio.abc.Stream):
             await trio.sleep(pause)
             pause = min(pause * 2, 0.005)
 
-    def dup_fd(self) -> int | None:
-        """A blocking duplicate of the connection's fd for a worker thread to write to
-        directly (None under TLS). Nothing else writes once a view has taken over."""
+    def dup_fd(self, *, blocking: bool = True) -> int | None:
+        """A duplicate of the connection's fd for a worker thread to write to directly (None
+        under TLS). ``blocking`` makes the connection blocking for good (the flag belongs to
+        the open file both share): only for a thread that writes the rest of the body,
+        nothing else writing or reading once a view has taken over. Without it, the loop may
+        write again after the thread (``FdWriter`` polls a full socket)."""
         if self.plain_socket is None:
             return None
         fd = os.dup(self.plain_socket.fileno())
-        os.set_blocking(fd, True)
+        if blocking:
+            os.set_blocking(fd, True)
         return fd
 
     def when_gone(self, callback: Callable[[], None]) -> None:

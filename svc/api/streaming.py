@@ -28,13 +28,16 @@ from quart.wrappers.response import ResponseBody
 from svc.api.heads import response_head
 from svc.api.hijack import hijack
 from svc.api.rawstream import RawStream
-from svc.engine.streams import FdWriter, thread_iter
+from svc.engine.streams import FdWriter, ThreadChunks, expand, thread_iter
 
 log = logging.getLogger("svc.api.streaming")
 
 # An async iterator of chunks, or an async context manager giving one (a
 # ``trio.as_safe_channel`` generator): closed however the response ends.
-Chunks = AsyncIterator[bytes] | AbstractAsyncContextManager[AsyncIterator[bytes]]
+BodyChunks = AsyncIterator[bytes] | AbstractAsyncContextManager[AsyncIterator[bytes]]
+# A view's chunks may include ``ThreadChunks``: drained by a worker thread on a taken-over
+# connection, chunk by chunk otherwise (``expand``).
+Chunks = BodyChunks | AsyncIterator[bytes | ThreadChunks]
 
 
 class _RequestScopedBody(ResponseBody):
@@ -42,7 +45,7 @@ class _RequestScopedBody(ResponseBody):
     when Quart begins sending, closed when sending ends, inside the request's cancel scope:
     a disconnect cancels it."""
 
-    def __init__(self, chunks: Chunks) -> None:
+    def __init__(self, chunks: BodyChunks) -> None:
         self._chunks = chunks
         self._cm: AbstractAsyncContextManager[AsyncIterator[bytes]] | None = None
 
@@ -82,8 +85,9 @@ def direct_head(content_type: str, headers: Sequence[tuple[str, str]] = (), *,
                                     ("Connection", "close")])
 
 
-async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes]) -> None:
-    """Send ``chunks`` chunked over ``raw`` until they end or the client goes.
+async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes | ThreadChunks]) -> None:
+    """Send ``chunks`` chunked over ``raw`` until they end or the client goes; a
+    ``ThreadChunks`` is drained by one worker thread (:func:`_send_from_thread`).
 
     The client sends nothing after its request, so its EOF means it has gone (as dockerd's
     close notification reads it): that cancels the producer, even while it waits for output
@@ -100,7 +104,9 @@ async def send_chunks(raw: RawStream, chunks: AsyncIterator[bytes]) -> None:
         try:
             async with aclosing(chunks):  # type: ignore[type-var]
                 async for chunk in chunks:
-                    if chunk:
+                    if isinstance(chunk, ThreadChunks):
+                        await _send_from_thread(raw, chunk)
+                    elif chunk:
                         await raw.send_parts([b"%x\r\n" % len(chunk), chunk, b"\r\n"])
             await raw.send_all(LAST_CHUNK)
         except trio.BrokenResourceError:
@@ -117,25 +123,49 @@ async def send_chunks_from_thread(raw: RawStream, chunks: Iterator[bytes]) -> No
     if fd is None:
         await send_chunks(raw, thread_iter(chunks))
         return
-    out = FdWriter(fd)
-
-    def run() -> None:
-        try:
-            for chunk in chunks:
-                if chunk:
-                    out.write(chunked(chunk))
-            out.write(LAST_CHUNK)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-
     try:
-        await trio.to_thread.run_sync(run)
+        await trio.to_thread.run_sync(_write_chunked, FdWriter(fd), chunks, True)
     except OSError as exc:
         log.info("a streamed response stopped: %s", exc)  # EPIPE: the client went away
     finally:
         os.close(fd)
+
+
+async def _send_from_thread(raw: RawStream, chunks: ThreadChunks) -> None:
+    """A stretch of a stream drained in one worker thread, written straight to the socket
+    (chunk by chunk through the loop on TLS); ``trio.BrokenResourceError`` once the client is
+    gone. The iterator is closed either way."""
+    fd = raw.dup_fd(blocking=False)  # the loop writes on after it
+    try:
+        if fd is None:
+            async with aclosing(thread_iter(chunks.it)) as pieces:  # type: ignore[type-var]
+                async for piece in pieces:
+                    if piece:
+                        await raw.send_parts([b"%x\r\n" % len(piece), piece, b"\r\n"])
+        else:
+            await trio.to_thread.run_sync(_write_chunked, FdWriter(fd), chunks.it, False)
+    except OSError as exc:  # EPIPE, ECONNRESET
+        raw.peer_gone = True
+        raise trio.BrokenResourceError("the client closed the connection") from exc
+    finally:
+        if fd is not None:
+            os.close(fd)
+        chunks.close()  # also when the thread never started (cancelled first)
+
+
+def _write_chunked(out: FdWriter, chunks: Iterator[bytes], last: bool) -> None:
+    """Blocking: ``chunks`` written as HTTP chunks (and the last chunk, with ``last``);
+    ``chunks`` is closed whatever happens."""
+    try:
+        for chunk in chunks:
+            if chunk:
+                out.write(chunked(chunk))
+        if last:
+            out.write(LAST_CHUNK)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 # -- the views' entry points ------------------------------------------------------------------
@@ -149,7 +179,8 @@ async def respond_chunked(chunks: Chunks, *, content_type: str,
     on the head is out. Cancellation (the client gone, the daemon stopping) closes
     ``chunks`` and the connection."""
     if keep_alive:
-        return Response(_RequestScopedBody(chunks), status=200, content_type=content_type,
+        body = chunks if isinstance(chunks, AbstractAsyncContextManager) else expand(chunks)
+        return Response(_RequestScopedBody(body), status=200, content_type=content_type,
                         headers=dict(headers))
     try:
         raw = await hijack(request, head=direct_head(content_type, headers))
@@ -196,7 +227,7 @@ async def respond_chunked_from_thread(chunks: Iterator[bytes], *, content_type: 
 
 
 async def respond_sized_from_thread(write: Callable[[BinaryIO], None], length: int,
-                                    fallback: Callable[[], Chunks], *,
+                                    fallback: Callable[[], BodyChunks], *,
                                     content_type: str) -> Response:
     """A body of known ``length`` that ``write`` produces into a file object from a worker
     thread, straight to the socket; on a TLS connection, ``fallback()``'s chunks instead.

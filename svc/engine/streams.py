@@ -6,7 +6,9 @@ can read itself (``ThreadReadable``: a build context read from its socket), hand
 ``ThreadWriter`` lets a thread write a file-like stream that the trio side consumes from a
 bounded channel (a response body), in chunks of about ``CHUNK`` bytes, so one thread hand-off
 carries a megabyte rather than a packet; ``FdWriter`` writes straight to a taken-over
-connection; ``thread_iter`` drives a blocking iterator of chunks from worker threads.
+connection; ``thread_iter`` drives a blocking iterator of chunks from worker threads, and
+``ThreadChunks`` marks such an iterator inside an async stream of chunks, for a sender that can
+drain it in one worker thread straight to its socket (``expand`` for one that cannot).
 
 Cancellation: the worker runs under ``trio.to_thread.run_sync`` from the host task. A cancelled
 request makes the thread's next read raise ``PumpAborted`` (``prefetching`` turns it back into
@@ -21,7 +23,8 @@ import select
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import trio
@@ -273,3 +276,32 @@ async def thread_iter(it: Iterator[bytes]) -> AsyncIterator[bytes]:
         close = getattr(it, "close", None)
         if close is not None:
             close()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadChunks:
+    """A stretch of a stream of chunks that a blocking iterator makes (a log's files read back,
+    inside ``logs -f``). The sender drains it in one worker thread that writes to the socket
+    itself (``api.streaming.send_chunks``): a hand-off per chunk through a loop busy with the
+    live output cost a few ms each, and the follower fell behind. Whoever takes it closes
+    ``it``."""
+
+    it: Iterator[bytes]
+
+    def close(self) -> None:
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()
+
+
+async def expand(chunks: AsyncIterator[bytes | ThreadChunks]) -> AsyncIterator[bytes]:
+    """``chunks`` with each ``ThreadChunks`` driven chunk by chunk (``thread_iter``), for a
+    consumer that has no socket of its own to write to. Closing this closes ``chunks``."""
+    async with aclosing(chunks):  # type: ignore[type-var]
+        async for chunk in chunks:
+            if isinstance(chunk, ThreadChunks):
+                async with aclosing(thread_iter(chunk.it)) as pieces:  # type: ignore[type-var]
+                    async for piece in pieces:
+                        yield piece
+            else:
+                yield chunk

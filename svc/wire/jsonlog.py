@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from typing import NamedTuple
 
 MAX_LINE = 16 * 1024  # dockerd's copier buffer: longer lines become partial records
 STREAMS = ("stdout", "stderr")
@@ -27,6 +28,8 @@ START = b'{"log":"'
 # Bytes written verbatim; ``translate(None, _PLAIN)`` leaves only those needing attention.
 _PLAIN = bytes(sorted(set(range(0x20, 0x80)) - set(b'"\\<>&') | {0x0A}))
 # Newlines are left out: they are record boundaries here, and callers turn them into ``\n``.
+# The same but for newlines, which it leaves: counted where nothing else needs escaping.
+_PLAIN_BUT_NL = bytes(sorted(set(_PLAIN) - {0x0A}))
 _ESCAPES = {b: b"\\u%04x" % b for b in [*range(0x20), *b"<>&"] if b != 0x0A}
 _ESCAPES.update({0x0D: b"\\r", 0x22: b'\\"', 0x5C: b"\\\\"})
 _GO_REPLACE = "svc.jsonlog.go-replace"
@@ -111,35 +114,61 @@ def split_long(buf: bytes, end: bytes) -> list[bytes]:
     return out
 
 
-Records = tuple[list[tuple[list[bytes], bool]], bytes]
+class Lines(NamedTuple):
+    """Whole lines, each a record of its own: ``data`` ends with a newline, and none of its
+    lines has ``MAX_LINE`` bytes or more. ``width`` is the length of every line (its newline
+    included) when all are alike, else 0: such a block is framed with one ``replace``, no
+    step per line."""
+
+    data: bytes
+    width: int
+
+
+def lines_of(whole: bytes, count: int) -> Lines:
+    """``whole`` (``count`` whole lines) as :class:`Lines`, its ``width`` found at C speed:
+    with exactly ``count`` newlines, a stride of the first line's length that meets only
+    newlines means every line has that length."""
+    w = whole.find(b"\n") + 1
+    alike = w * count == len(whole) and whole[w - 1 :: w] == b"\n" * count
+    return Lines(whole, w if alike else 0)
+
+
+def plain_lines(whole: bytes) -> Lines | None:
+    """``whole`` (whole lines, none too long) as :class:`Lines` if no byte of it needs
+    escaping, else None; the one pass over the bytes that :func:`escape` makes also counts
+    the newlines."""
+    odd = whole.translate(None, _PLAIN_BUT_NL)
+    if odd.count(b"\n") != len(odd):
+        return None
+    return lines_of(whole, len(odd))
+
+
+# A write's records: blocks of whole lines, and lists of exact payloads (16 KiB pieces of long
+# lines, whose final record keeps its newline; a flushed partial line).
+Records = tuple[list[Lines | list[bytes]], bytes]
 
 
 def records_of(data: bytes) -> Records:
     """The records that :meth:`JsonLogWriter.write` makes of ``data`` (its stream's unfinished
-    line already prepended), as payloads, and the unfinished rest it keeps.
-
-    Payloads come in groups ``(payloads, stripped)``: with ``stripped`` each payload is a
-    whole line without its newline (the common case, split in one pass); otherwise each is
-    exact (16 KiB pieces of long lines, whose final record keeps its newline).
-    """
+    line already prepended), and the unfinished rest it keeps."""
     cut = data.rfind(b"\n") + 1
-    groups: list[tuple[list[bytes], bool]] = []
+    groups: list[Lines | list[bytes]] = []
     if cut:
         whole = data if cut == len(data) else data[:cut]
-        lines = whole.split(b"\n")
-        lines.pop()
         if len(whole) > MAX_LINE and has_long_line(whole):
+            lines = whole.split(b"\n")
+            lines.pop()
             exact: list[bytes] = []
             for line in lines:
                 end = len(line) - len(line) % MAX_LINE if len(line) >= MAX_LINE else 0
                 exact += [line[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)]
                 exact.append(line[end:] + b"\n")
-            groups.append((exact, False))
+            groups.append(exact)
         else:
-            groups.append((lines, True))
+            groups.append(lines_of(whole, whole.count(b"\n")))
     rest = data[cut:]
     if len(rest) >= MAX_LINE:
         end = len(rest) - len(rest) % MAX_LINE
-        groups.append(([rest[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)], False))
+        groups.append([rest[i : i + MAX_LINE] for i in range(0, end, MAX_LINE)])
         rest = rest[end:]
     return groups, rest

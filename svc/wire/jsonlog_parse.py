@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from itertools import compress, repeat
 from operator import add, and_, eq, ge, itemgetter, methodcaller
 from typing import NamedTuple, TypeVar
 
-from svc.wire.jsonlog import MAX_LINE, format_time
+from svc.wire.jsonlog import MAX_LINE, Lines, format_time
 from svc.wire.stdcopy import HEADER as _HDR
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns
@@ -302,6 +303,20 @@ def frame_parts(code: int, payloads: list[bytes], stripped: bool,
     n = len(payloads)
     return _frame_parts(_Block([code] * n, payloads, stripped, None,
                           None if stamp is None else [stamp] * n))
+
+
+def frame_lines(code: int, lines: Lines,
+                stamp: bytes | None) -> Sequence[bytes | memoryview]:
+    """One stdcopy frame per line of ``lines`` (each after ``stamp`` and a space when one is
+    given), as :func:`read_framed` frames the same records read back; in pieces, for the
+    caller to join once. Lines of one width share one head: one ``replace`` frames them all."""
+    if not lines.width:
+        texts = lines.data.split(b"\n")
+        texts.pop()
+        return frame_parts(code, texts, True, stamp)
+    lead = b"" if stamp is None else stamp + b" "
+    head = _HDR.pack(code, len(lead) + lines.width) + lead
+    return [head, memoryview(lines.data.replace(b"\n", b"\n" + head))[: -len(head)]]
 
 
 def to_records(want: int, since_ns: int, block: bytes) -> list[LogRecord]:

@@ -31,12 +31,12 @@ from typing import Protocol
 import trio
 
 from svc.engine.containers.log_chunks import raw_chunks, raw_follow
-from svc.engine.streams import thread_iter
+from svc.engine.streams import ThreadChunks
 from svc.storage.jsonlog.follow import follow_framed_from, follow_from
 from svc.storage.jsonlog.reader import LogFiles, read_framed, read_logs, snapshot, span
 from svc.storage.jsonlog.writer import JsonLogWriter, LogFileRef
-from svc.wire.jsonlog import Records, format_time, records_of
-from svc.wire.jsonlog_parse import frame_parts
+from svc.wire.jsonlog import Lines, Records, format_time, records_of
+from svc.wire.jsonlog_parse import frame_lines, frame_parts
 from svc.wire.stdcopy import STDERR, STDOUT
 
 log = logging.getLogger("svc.logs")
@@ -123,13 +123,13 @@ class _Cutter:
         self.timestamps, self.raw = timestamps, raw
 
     def render(self, items: list[Tapped]) -> bytes:
-        out: list[bytes] = []  # joined once: each byte is copied here and nowhere else
+        out: list[bytes | memoryview] = []  # joined once: each byte is copied here only
         for item in items:
             if not self.wants.get(item.code):
                 continue
             if item.flush:
                 if self.pending[item.code]:
-                    self._records(out, item.code, [([self.pending[item.code]], False)], item.ts)
+                    self._records(out, item.code, [[self.pending[item.code]]], item.ts)
                     self.pending[item.code] = b""
             else:
                 if self.raw and not self.timestamps:  # a TTY's bytes: records change nothing
@@ -145,21 +145,32 @@ class _Cutter:
                 self._records(out, item.code, groups, item.ts)
         return b"".join(out)
 
-    def _records(self, out: list[bytes], code: int, groups: list[tuple[list[bytes], bool]],
-                 ts: int) -> None:
+    def _records(self, out: list[bytes | memoryview], code: int,
+                 groups: list[Lines | list[bytes]], ts: int) -> None:
         stamp = format_time(ts).encode() if self.timestamps else None
-        for payloads, stripped in groups:
-            if not self.raw:
-                out += frame_parts(code, payloads, stripped, stamp)
-                continue
-            for p in payloads:
-                out += [stamp + b" " if stamp else b"", p, b"\n" if stripped else b""]
+        for group in groups:
+            if isinstance(group, Lines):
+                if not self.raw:
+                    out += frame_lines(code, group, stamp)
+                elif stamp is not None:  # a TTY's lines, each after its time
+                    lead = stamp + b" "
+                    out += [lead, memoryview(group.data.replace(b"\n", b"\n" + lead))
+                            [: -len(lead)]]
+                else:
+                    out.append(group.data)
+            elif not self.raw:
+                out += frame_parts(code, group, False, stamp)
+            else:
+                for p in group:
+                    out += [stamp + b" " if stamp else b"", p]
 
 
 async def follow_output(writer: JsonLogWriter, owner: TapOwner, stop: trio.Event, *,
                         stdout: bool, stderr: bool, since_ns: int, tail: int | None,
-                        timestamps: bool, raw: bool) -> AsyncGenerator[bytes, None]:
-    """The log so far, then the output as the writer logs it, until the run ends.
+                        timestamps: bool, raw: bool
+                        ) -> AsyncGenerator[bytes | ThreadChunks, None]:
+    """The log so far, then the output as the writer logs it, until the run ends. What is
+    read from the files comes as ``ThreadChunks``, for the sender to drain in a worker thread.
 
     A tap that spills (the follower fell behind, typically while it sent a long history) is
     replaced: the records between the last position served and the writer's position now are
@@ -175,9 +186,7 @@ async def follow_output(writer: JsonLogWriter, owner: TapOwner, stop: trio.Event
     tap = _tap(owner, writer)
     read = partial(_history, stdout=stdout, stderr=stderr, timestamps=timestamps, raw=raw)
     try:
-        async with aclosing(read(files, since_ns=since_ns, tail=tail)) as history:
-            async for chunk in history:
-                yield chunk
+        yield read(files, since_ns=since_ns, tail=tail)
         while True:
             if tap is not None and (items := await tap.take()) is not None:
                 ref, end = items[-1].ref, items[-1].end
@@ -204,9 +213,7 @@ async def follow_output(writer: JsonLogWriter, owner: TapOwner, stop: trio.Event
             if tap is not None:
                 tap.close()
             tap = _tap(owner, writer)
-            async with aclosing(read(gap, since_ns=0, tail=None)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
+            yield read(gap, since_ns=0, tail=None)
             ref, end = now_ref, now_end
             if tap is None:  # the writer was closed: that was the end of the log
                 await stop.wait()
@@ -225,17 +232,13 @@ def _tap(owner: TapOwner, writer: JsonLogWriter) -> LogTap | None:
     return tap
 
 
-async def _history(files: LogFiles, *, stdout: bool, stderr: bool, since_ns: int,
-                   tail: int | None, timestamps: bool, raw: bool) -> AsyncGenerator[bytes, None]:
+def _history(files: LogFiles, *, stdout: bool, stderr: bool, since_ns: int,
+             tail: int | None, timestamps: bool, raw: bool) -> ThreadChunks:
     if raw:
-        it = raw_chunks(read_logs(files, stdout=stdout, stderr=stderr, since_ns=since_ns,
-                                  tail=tail), timestamps)
-    else:
-        it = read_framed(files, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
-                         timestamps=timestamps)
-    async with aclosing(thread_iter(it)) as chunks:  # type: ignore[type-var]
-        async for chunk in chunks:
-            yield chunk
+        return ThreadChunks(raw_chunks(read_logs(files, stdout=stdout, stderr=stderr,
+                                                 since_ns=since_ns, tail=tail), timestamps))
+    return ThreadChunks(read_framed(files, stdout=stdout, stderr=stderr, since_ns=since_ns,
+                                    tail=tail, timestamps=timestamps))
 
 
 async def _from_file(writer: JsonLogWriter, ref: LogFileRef, end: int, stop: trio.Event,

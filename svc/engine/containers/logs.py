@@ -9,15 +9,17 @@ from collections.abc import AsyncIterator, Iterator
 from svc.engine.containers.container import Container
 from svc.engine.containers.log_chunks import raw_chunks, raw_follow
 from svc.engine.containers.log_tap import follow_output
-from svc.engine.streams import thread_iter
+from svc.engine.streams import ThreadChunks, thread_iter
 from svc.storage.jsonlog.follow import follow as follow_records
 from svc.storage.jsonlog.follow import follow_framed
 from svc.storage.jsonlog.reader import read_framed, read_logs
 
 
 def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail: int | None,
-               timestamps: bool, follow: bool, raw: bool | None = None) -> AsyncIterator[bytes]:
-    """The chunks to send: stdcopy frames, or the raw bytes for a TTY (or ``raw``). With
+               timestamps: bool, follow: bool, raw: bool | None = None
+               ) -> AsyncIterator[bytes | ThreadChunks]:
+    """The chunks to send: stdcopy frames, or the raw bytes for a TTY (or ``raw``); stretches
+    read from the files may come as ``ThreadChunks`` (``streams.expand`` turns them). With
     ``follow`` on a running container the stream ends when it stops (its writer closed):
     served from the output as it is logged (``log_tap``), or, with no writer in this process
     or a ``since`` in the future, by polling the file. Cancellation closes the open files."""
@@ -36,6 +38,13 @@ def log_stream(c: Container, *, stdout: bool, stderr: bool, since_ns: int, tail:
                                          grown=c.hub.next_publish), timestamps)
     return follow_framed(path, stdout=stdout, stderr=stderr, since_ns=since_ns, tail=tail,
                          timestamps=timestamps, stop=live.exited, grown=c.hub.next_publish)
+
+
+def log_replay(c: Container, *, stdout: bool, stderr: bool, raw: bool) -> AsyncIterator[bytes]:
+    """What the log holds now, as :func:`log_stream` chunks it without ``follow``, read in
+    worker threads (an attach's ``logs=1`` replay)."""
+    return thread_iter(read_log(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
+                                timestamps=False, raw=raw))
 
 
 def follows(c: Container, follow: bool) -> bool:

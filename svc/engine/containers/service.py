@@ -33,7 +33,7 @@ from svc.engine.containers.files import check_dns, check_extra_hosts
 from svc.engine.containers.fs import ContainerFS
 from svc.engine.containers.lifecycle import RUNNING_STATES, Lifecycle
 from svc.engine.containers.links import parse_link
-from svc.engine.containers.logs import log_stream
+from svc.engine.containers.logs import log_replay
 from svc.engine.containers.mounts import check_binds
 from svc.engine.containers.networking import ContainerNetworking
 from svc.engine.containers.ops import ContainerOps
@@ -335,8 +335,7 @@ class ContainerService:
         replay = None
         if logs and c.log_driver() == "json-file":
             def replay() -> AsyncIterator[bytes]:
-                return log_stream(c, stdout=stdout, stderr=stderr, since_ns=0, tail=None,
-                                  timestamps=False, follow=False, raw=c.tty or raw_output)
+                return log_replay(c, stdout=stdout, stderr=stderr, raw=c.tty or raw_output)
         self.runner.event(c, "attach")
         target = None
         if stdin and c.config.OpenStdin:

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 from types import TracebackType
 
+from svc.storage.writeback import start_writeback
 from svc.wire.jsonlog import (
     MAX_LINE,
     START,
@@ -29,12 +30,17 @@ from svc.wire.jsonlog import (
     escape,
     format_time,
     has_long_line,
+    plain_lines,
     record_end,
     records_of,
     split_long,
 )
 
 FILE_MODE = 0o640  # moby creates log files 0640
+# A busy log's pages go to the disk every 8 MiB as they are written (svc.storage.writeback):
+# the overlay unmount of the container's teardown syncs the whole file system, and a log of
+# hundreds of MB left dirty made the exit (and the end of ``logs -f``) wait for all of it.
+WRITEBACK_STEP = 8 << 20
 
 
 def rotated_name(path: Path, index: int, compressed: bool) -> Path:
@@ -123,7 +129,7 @@ class JsonLogWriter:
         self._pending = [b"", b""]
         self._last_time: str | None = None
         self._fd = -1
-        self._size = 0
+        self._size = self._flushed = 0
         if self.compress:
             self._finish_compression()
         self._open(truncate=False)
@@ -154,8 +160,8 @@ class JsonLogWriter:
 
         With ``records``, returns what :func:`records_of` would give for this write (the
         payloads of the records made, and the unfinished line kept), for ``logs -f``
-        followers; in the common case (short lines, nothing to escape) from the same split
-        that builds the file's bytes, so no follower cuts the chunk again.
+        followers; in the common case (short lines, nothing to escape) the lines as they are,
+        counted by the pass that checks them for escapes, so no follower cuts the chunk.
 
         Raises:
             ValueError: an unknown stream or a closed writer.
@@ -180,16 +186,14 @@ class JsonLogWriter:
             whole = data if cut == len(data) else data[:cut]
             if len(whole) > MAX_LINE and has_long_line(whole):
                 parts.extend(split_long(whole, end))
-            elif records and (escaped := escape(whole)) is whole:
-                # Nothing to escape: the lines cut here are the file's records and the
-                # followers' payloads both.
-                lines = whole.split(b"\n")
-                lines.pop()
-                parts += [START, (b"\\n" + end + START).join(lines), b"\\n" + end]
-                made = ([(lines, True)], b"")
             else:
+                # Nothing to escape (the common case): the followers get the lines as they
+                # are, counted by the same pass that checked them.
+                plain = plain_lines(whole) if records else None
+                if plain is not None:
+                    made = ([plain], b"")
                 # One pass for the whole batch: escape, then turn newlines into record breaks.
-                body = (escaped if records else escape(whole)).replace(
+                body = (whole if plain is not None else escape(whole)).replace(
                     b"\n", b"\\n" + end + START)
                 parts += [START, memoryview(body)[: -len(START)]]
         rest = data[cut:]
@@ -231,6 +235,8 @@ class JsonLogWriter:
         try:
             self.flush()
         finally:
+            if self._flushed and self._size > self._flushed:  # a busy log's tail too
+                start_writeback(self._fd, self._flushed, 0)
             os.close(self._fd)
             self._fd = -1
 
@@ -276,11 +282,15 @@ class JsonLogWriter:
                 os.ftruncate(self._fd, self._size)
             raise
         self._size += total
+        if self._size - self._flushed >= WRITEBACK_STEP:
+            start_writeback(self._fd, self._flushed, self._size - self._flushed)
+            self._flushed = self._size
 
     def _open(self, *, truncate: bool) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the torn-tail check
         self._fd = os.open(self.path, flags | (os.O_TRUNC if truncate else 0), FILE_MODE)
         self._size = os.fstat(self._fd).st_size
+        self._flushed = self._size  # written back from here on
         self._ref = LogFileRef(self.path)
         if self._size and os.pread(self._fd, 1, self._size - 1) != b"\n":
             self._write_all([b"\n"], 1)  # keep a torn record on a line of its own

@@ -17,7 +17,7 @@ from svc.storage.jsonlog.follow import follow, follow_framed
 from svc.storage.jsonlog.options import parse_log_opts, parse_size
 from svc.storage.jsonlog.reader import log_files, read_framed, read_logs
 from svc.storage.jsonlog.writer import JsonLogWriter
-from svc.wire.jsonlog import MAX_LINE, encode_record, format_time, records_of
+from svc.wire.jsonlog import MAX_LINE, Lines, encode_record, format_time, records_of
 from svc.wire.jsonlog_parse import LogRecord
 from svc.wire.stdcopy import FrameDecoder
 
@@ -188,9 +188,9 @@ def test_one_streams_end_does_not_cut_the_others_line(tmp_path: Path) -> None:
 
 def test_records_of_cuts_as_the_writer_does() -> None:
     groups, rest = records_of(b"a\nbb\n" + b"x" * (MAX_LINE + 5))
-    assert groups == [([b"a", b"bb"], True), ([b"x" * MAX_LINE], False)] and rest == b"x" * 5
+    assert groups == [Lines(b"a\nbb\n", 0), [b"x" * MAX_LINE]] and rest == b"x" * 5
     groups, rest = records_of(b"y" * (MAX_LINE + 2) + b"\nz")
-    assert groups == [([b"y" * MAX_LINE, b"yy\n"], False)] and rest == b"z"
+    assert groups == [[b"y" * MAX_LINE, b"yy\n"]] and rest == b"z"
 
 
 def test_the_writers_own_records_are_what_records_of_gives(tmp_path: Path) -> None:
@@ -677,3 +677,25 @@ def test_throughput_50mb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
             f" read_framed {size / framed_s / 1e6:.0f} MB/s of file"
             f" ({mb / framed_s:.0f} MB/s of text)"
         )
+
+
+def test_a_busy_logs_pages_are_handed_to_the_disk_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every 8 MiB written is queued for write-out (and the tail at close), so that the
+    teardown's overlay unmount does not have a whole log to sync; a quiet log never is."""
+    from svc.storage.jsonlog import writer as writer_mod
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(writer_mod, "start_writeback", lambda fd, off, n: calls.append((off, n)))
+    with JsonLogWriter(tmp_path / "quiet.log", max_size=None) as w:
+        w.write("stdout", b"hello\n", T0)
+    assert calls == []
+    line = b"z" * 999 + b"\n"
+    with JsonLogWriter(tmp_path / "busy.log", max_size=None) as w:
+        for _ in range(20):
+            w.write("stdout", line * 1024, T0)
+        size = w.size
+    steps, tail = calls[:-1], calls[-1]
+    assert steps and all(n >= writer_mod.WRITEBACK_STEP for _, n in steps)
+    assert [off for off, _ in steps] == [0, *(off + n for off, n in steps[:-1])]
+    assert tail == (sum(n for _, n in steps), 0) and tail[0] < size
