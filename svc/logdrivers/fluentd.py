@@ -46,8 +46,9 @@ import trio
 
 from svc.logdrivers.base import Driver, Info, Message, OptionError, ReceiverDown
 from svc.logdrivers.conn import Address, Reconnect, StreamConn
+from svc.logdrivers.options import check_common
 from svc.logdrivers.pump import buffer_options
-from svc.logdrivers.tag import check_tag, render_tag
+from svc.logdrivers.tag import render_tag
 
 log = logging.getLogger("svc.logdrivers")
 
@@ -138,8 +139,7 @@ def validate(config: Mapping[str, str]) -> None:
             raise OptionError(f"unknown log opt '{key}' for fluentd log driver")
     parse_address(config.get("fluentd-address"))
     _settings(config)
-    if tag := config.get("tag") or config.get("fluentd-tag"):
-        check_tag(tag)
+    check_common(config)
     pump_buffer(config)
 
 

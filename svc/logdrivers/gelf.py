@@ -39,8 +39,8 @@ import trio
 
 from svc.logdrivers.base import STDERR, Driver, Info, Message, OptionError, ReceiverDown
 from svc.logdrivers.conn import Address, Reconnect, StreamConn
-from svc.logdrivers.pump import buffer_options
-from svc.logdrivers.tag import check_tag, render_tag
+from svc.logdrivers.options import check_common
+from svc.logdrivers.tag import render_tag
 from svc.wire.timefmt import rfc3339_nano
 
 log = logging.getLogger("svc.logdrivers")
@@ -108,9 +108,7 @@ def validate(config: Mapping[str, str]) -> None:
                 raise OptionError(f'"{key}" must be a positive integer')
         else:
             raise OptionError(f'unknown log opt "{key}" for gelf log driver')
-    if config.get("tag") or config.get("gelf-tag"):
-        check_tag(config.get("tag") or config["gelf-tag"])
-    buffer_options(dict(config))
+    check_common(config)
 
 
 def go_rfc3339_nano(ns: int) -> str:

@@ -27,7 +27,6 @@ import datetime as dt
 import errno
 import fcntl
 import os
-import re
 import socket
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,8 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import trio
 
 from svc.logdrivers.base import STDERR, Driver, Info, Message, OptionError, ReceiverDown
-from svc.logdrivers.pump import buffer_options
-from svc.logdrivers.tag import check_tag, render_tag
+from svc.logdrivers.options import check_common
+from svc.logdrivers.tag import render_tag
 
 SOCKET = "/run/systemd/journal/socket"
 PRIORITY_INFO = 6  # stdout (go-systemd journal.PriInfo)
@@ -57,15 +56,7 @@ def validate(config: Mapping[str, str]) -> None:
     for key in config:
         if key not in OPTIONS:
             raise OptionError(f"unknown log opt '{key}' for journald log driver")
-    if "tag" in config:
-        check_tag(config["tag"])
-    for key in ("labels-regex", "env-regex"):
-        if key in config:
-            try:
-                re.compile(config[key])
-            except re.error as exc:
-                raise OptionError(f"invalid {key} {config[key]!r}: {exc}") from None
-    buffer_options(dict(config))
+    check_common(config)
 
 
 def sanitize_key(key: str) -> str:

@@ -17,7 +17,6 @@ from types import ModuleType
 from svc.logdrivers import fluentd, gelf, journald, journalread, syslog
 from svc.logdrivers.base import Driver, Info, Message, OptionError
 from svc.logdrivers.pump import LogPump, buffer_options
-from svc.logdrivers.tag import check_tag
 
 SHIPPING: dict[str, ModuleType] = {"journald": journald, "syslog": syslog, "gelf": gelf,
                                    "fluentd": fluentd}
@@ -31,10 +30,6 @@ def validate(name: str, config: Mapping[str, str]) -> None:
       OptionError: naming the option (an unknown one, or a malformed value).
     """
     SHIPPING[name].validate(config)
-    for key in ("tag", "syslog-tag", "gelf-tag", "fluentd-tag"):
-        if key in config:
-            check_tag(config[key])
-    _buffer(name, config)
 
 
 def _buffer(name: str, config: Mapping[str, str]) -> tuple[str, int]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import trio
 
 from svc.logdrivers.base import STDERR, Driver, Info, Message, OptionError, ReceiverDown
-from svc.logdrivers.pump import buffer_options
+from svc.logdrivers.options import check_common
 from svc.logdrivers.syslogfmt import (
     FORMATS,
     SEVERITY_ERR,
@@ -41,7 +41,7 @@ from svc.logdrivers.syslogfmt import (
     local_time,
     octet_counted,
 )
-from svc.logdrivers.tag import check_tag, render_tag
+from svc.logdrivers.tag import render_tag
 
 OPTIONS = frozenset({
     "syslog-address", "syslog-facility", "syslog-tag", "syslog-format", "syslog-tls-ca-cert",
@@ -137,19 +137,10 @@ def validate(config: Mapping[str, str]) -> None:
     if config.get("syslog-format", "") not in FORMATS:
         raise OptionError(f"Invalid syslog format {config['syslog-format']!r} (syslog-format: "
                           "rfc3164, rfc5424 or rfc5424micro)")
-    for key in ("tag", "syslog-tag"):
-        if key in config:
-            check_tag(config[key])
     if bool(config.get("syslog-tls-cert")) != bool(config.get("syslog-tls-key")):
         raise OptionError("syslog-tls-cert and syslog-tls-key go together")
     _skip_verify(config)
-    for key in ("labels-regex", "env-regex"):
-        if key in config:
-            try:
-                re.compile(config[key])
-            except re.error as exc:
-                raise OptionError(f"invalid {key} {config[key]!r}: {exc}") from None
-    buffer_options(dict(config))
+    check_common(config)
 
 
 def tls_context(config: Mapping[str, str]) -> ssl.SSLContext:
