@@ -168,7 +168,8 @@ def logdrivers(ctx: Context) -> Outcome:
     out.figures.append(Figure(
         "logdrivers", "attach output, 200 MiB, with the fluentd driver", attach, "MB/s",
         Target(">=", 300), note=f"the attach target; with json-file {attach_json:.0f} MB/s "
-                                "(the receiver decodes in this process)"))
+                                "(it escapes each zero byte as \\u0000); the receiver "
+                                "decodes in this process"))
     out.figures.append(Figure(
         "logdrivers", "container's writes with its fluentd receiver down (non-blocking)",
         _rate(lines, down)[1], "MB/s", Target(">=", 0.5 * base_mbs),

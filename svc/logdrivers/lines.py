@@ -5,7 +5,7 @@ partial too. Pure bytes in, ``(line, partial)`` out."""
 
 from __future__ import annotations
 
-from svc.wire.jsonlog import MAX_LINE
+from svc.wire.jsonlog import MAX_LINE, has_long_line
 
 
 class LineCutter:
@@ -32,6 +32,18 @@ class LineCutter:
                 break
         self._held = data[start:]
         return out
+
+    def count(self, chunk: bytes) -> int:
+        """How many messages ``feed(chunk)`` would give, without making them (the lines of a
+        chunk that is dropped whole are counted); the unfinished line is kept the same."""
+        data = self._held + chunk if self._held else chunk
+        last = data.rfind(b"\n")
+        if self._max != MAX_LINE or (last >= 0 and has_long_line(data[: last + 1])):
+            return len(self.feed(chunk))  # (long lines: their pieces, counted the slow way)
+        rest = data[last + 1 :]
+        pieces = len(rest) // self._max
+        self._held = rest[pieces * self._max :]
+        return data.count(b"\n", 0, last + 1) + pieces
 
     def flush(self) -> tuple[bytes, bool] | None:
         """What is left of an unfinished line (the stream ended), as a partial message."""

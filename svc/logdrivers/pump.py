@@ -81,6 +81,17 @@ class LogPump:
     def buffered(self) -> int:
         return self._bytes
 
+    def would_drop(self, size: int) -> bool:
+        """Whether ``size`` more bytes of output would be dropped now (non-blocking mode, and
+        no room for them): the caller then counts them (``drop``) without cutting them up."""
+        return self.mode == "non-blocking" and bool(self._buf) \
+            and self._bytes + size > self.max_bytes
+
+    def drop(self, n: int) -> None:
+        """``n`` messages were not taken (``would_drop``)."""
+        if n:
+            self._drop(n)
+
     def offer(self, msg: Message) -> bool:
         """Append ``msg`` if there is room (no checkpoint); False when it was not taken
         (full: the caller drops it in non-blocking mode, waits in ``put`` otherwise)."""

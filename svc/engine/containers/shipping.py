@@ -104,8 +104,12 @@ class Shipper:
     async def put(self, stream: str, chunk: bytes, ts: int) -> None:
         """Ship ``chunk`` of ``stream``: waits only for a full buffer in blocking mode.
         Cancellation: the lines not yet taken are lost (the run is ending)."""
+        cutter = self._cutters[stream]
+        if self.pump.would_drop(len(chunk)):  # (a receiver that is down: no line is made)
+            self.pump.drop(cutter.count(chunk))
+            return
         await self.pump.put_many([Message(line, stream, ts, partial)
-                                  for line, partial in self._cutters[stream].feed(chunk)])
+                                  for line, partial in cutter.feed(chunk)])
 
     def end_stream(self, stream: str, ts: int) -> None:
         """The stream ended: its unfinished line goes too, if the buffer has room."""

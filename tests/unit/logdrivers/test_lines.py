@@ -20,3 +20,11 @@ def test_long_lines_become_partial_pieces() -> None:
     assert cut.feed(b"\n") == [(b"zzz", False)]
     # a line of exactly the limit: a full piece, then its (empty) end, as json-file has it
     assert cut.feed(b"abcd\n") == [(b"abcd", True), (b"", False)]
+
+
+def test_count_gives_what_feed_would_and_keeps_the_unfinished_line() -> None:
+    chunks = [b"a\nbb\nccc", b"c\n" + b"x" * 40000 + b"\ny", b"", b"\n\nzz"]
+    fed, counted = LineCutter(), LineCutter()
+    for chunk in chunks:
+        assert counted.count(chunk) == len(fed.feed(chunk))
+    assert counted.flush() == fed.flush() == (b"zz", True)
