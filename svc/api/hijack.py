@@ -114,7 +114,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
             await self.send(Closed())
             return
         self.guard.open(trio.current_time())
-        self._rearm()
+        self.rearm()
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -142,7 +142,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
         if isinstance(event, RawData) and isinstance(conn, h11.Connection) \
                 and conn.their_state is h11.IDLE:
             status = self.guard.on_data(event.data, trio.current_time())
-            self._rearm()
+            self.rearm()
             if status is not None:
                 await self._refuse(status)
                 return
@@ -159,7 +159,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
         parsed = not isinstance(conn, h11.Connection) or conn.their_state is not h11.IDLE
         if parsed and self.guard.started is not None:
             self.guard.head_done()
-            self._rearm()
+            self.rearm()
 
     async def _quick(self, data: bytes, conn: h11.Connection) -> bool:
         """Answer a simple request of a plain route without h11 (``PlainRoutes.quick``); h11
@@ -173,7 +173,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
         if reply is None:
             return False
         self.guard.head_done()
-        self._rearm()
+        self.rearm()
         if reply.stream is not None:  # taken over at once: h11 never saw the request
             await self.send(Updated(idle=False))
             PlainStream(self, b"GET", reply).start(await self.hijack({"headers": []}, b""))
@@ -189,7 +189,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
             if answer is not None:
                 # (answered, and h11 idle again, before ``handle`` could see the head end)
                 self.guard.head_done()
-                self._rearm()
+                self.rearm()
                 self.stream = PlainStream(self, request.method, answer)  # type: ignore
                 self.keep_alive_requests += 1
                 return
@@ -286,7 +286,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
                 # (closing with bytes unread would reset the connection under the answer).
                 await self._close_stream()
                 self._discard_since = trio.current_time()
-                self._rearm()
+                self.rearm()
                 if body is not None:  # the read loop goes on, into the discarding
                     body.release()
                 await self._discard(b"")
@@ -317,7 +317,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
                 break
         self._discard_since = None
         self._drained = 0
-        self._rearm()
+        self.rearm()
         if conn.their_state is not h11.DONE:
             await self.send(Closed())
             return

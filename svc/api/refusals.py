@@ -48,7 +48,7 @@ class Refusals:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_WR)
-        self._rearm()
+        self.rearm()
 
     def on_deadline(self) -> None:
         """The clock's call (``svc.api.clock``): act in the connection's task group."""
@@ -58,8 +58,6 @@ class Refusals:
     def rearm(self) -> None:
         """File the connection with the clock under its deadline as it is now."""
         self.context.clock.arm(self, self.deadline())
-
-    _rearm = rearm
 
     def deadline(self) -> float:
         """When the connection is due to be refused or closed (``inf``: not at all)."""
@@ -77,7 +75,7 @@ class Refusals:
         """Refuse a head that is overdue (408, or a silent close for a new connection that
         never sent a byte); end a refused connection's linger."""
         if trio.current_time() < self.deadline():  # moved on since the clock looked
-            self._rearm()
+            self.rearm()
             return
         if self.raw is not None and self._refused_at is None and self._discard_since is None:
             self.raw.abort()  # (``RawStream.abort_after``)

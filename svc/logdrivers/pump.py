@@ -75,7 +75,6 @@ class LogPump:
         self._empty.set()
         self._closing = False
         self._reported_at = -REPORT_SECONDS
-        self._reported = 0
 
     @property
     def buffered(self) -> int:
@@ -138,7 +137,6 @@ class LogPump:
                         "slow or down and the buffer of %d bytes is full)",
                         self.name, self.dropped, self.max_bytes)
             self._reported_at = now
-            self._reported = self.dropped
 
     async def run(self) -> None:
         """Send batches until cancelled (``close`` ends it gracefully)."""

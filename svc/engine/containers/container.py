@@ -8,6 +8,7 @@ waiters and stoppers watch.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -101,13 +102,10 @@ class Container:
     net_config: dict[str, EndpointPlan] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
     fs_users: int = 0  # archive/export/commit readers holding the overlay mounted
-    # The trio objects below (``lock``, ``mount_lock``, ``changed``, ``hub``) are made on
-    # first use: most containers are never started nor attached to, and the four cost 2 KiB
-    # (no checkpoint between the test and the assignment, so two tasks never make two).
-    _lock: trio.Lock | None = field(default=None, repr=False)
-    _mount_lock: trio.Lock | None = field(default=None, repr=False)
+    # The trio objects (``lock``, ``mount_lock``, ``changed``, ``hub``) are made on first
+    # use: most containers are never started nor attached to, and the four cost 2 KiB (no
+    # checkpoint between the test and the assignment, so two tasks never make two).
     _changed: trio.Event | None = field(default=None, repr=False)
-    _hub: OutputHub | None = field(default=None, repr=False)
     revision: int = 0  # bumped by every save: lets views cache what they derive
     exits: int = 0  # exits seen since the daemon started: ``wait`` returns at the next one
     last_exit_code: int = 0  # that exit's code (a restart resets State.ExitCode to 0)
@@ -117,20 +115,21 @@ class Container:
     # saved (a restart finds the container on its image)
     build_lowers: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def lock(self) -> trio.Lock:
         """Serialises lifecycle verbs."""
-        if self._lock is None:
-            self._lock = trio.Lock()
-        return self._lock
+        return trio.Lock()
 
-    @property
+    @functools.cached_property
     def mount_lock(self) -> trio.Lock:
         """Serialises mounting and unmounting the overlay (two mounts of one upper/work dir
         at once: the second fails with EBUSY)."""
-        if self._mount_lock is None:
-            self._mount_lock = trio.Lock()
-        return self._mount_lock
+        return trio.Lock()
+
+    @functools.cached_property
+    def hub(self) -> OutputHub:
+        """The attached clients, across runs."""
+        return OutputHub()
 
     @property
     def changed(self) -> trio.Event:
@@ -138,13 +137,6 @@ class Container:
         if self._changed is None:
             self._changed = trio.Event()
         return self._changed
-
-    @property
-    def hub(self) -> OutputHub:
-        """The attached clients, across runs."""
-        if self._hub is None:
-            self._hub = OutputHub()
-        return self._hub
 
     @property
     def short_id(self) -> str:

@@ -40,10 +40,6 @@ def log_info(c: Container) -> Info:
                 hostname=socket.gethostname())
 
 
-def ships(c: Container) -> bool:
-    return c.log_driver() in registry.SHIPPING
-
-
 async def open_shipping(c: Container) -> LogPump | None:
     """The run's pump when ``c``'s driver ships its output (else None), connected first where
     the engines connected at start: an unreachable receiver then fails the start.
@@ -51,7 +47,7 @@ async def open_shipping(c: Container) -> LogPump | None:
     Raises:
       SystemError_: ``failed to initialize logging driver: ...`` (the engines' words).
     """
-    if not ships(c):
+    if c.log_driver() not in registry.SHIPPING:
         return None
     try:
         pump = registry.open_pump(c.log_driver(), log_info(c))
@@ -115,7 +111,7 @@ class Shipper:
         """The stream ended: its unfinished line goes too, if the buffer has room."""
         rest = self._cutters[stream].flush()
         if rest is not None and not self.pump.offer(Message(rest[0], stream, ts, True)):
-            self.pump.dropped += 1
+            self.pump.drop(1)
 
     async def close(self) -> None:
         """Deliver what is buffered for at most ``FLUSH_SECONDS``, then close the driver and
