@@ -111,9 +111,14 @@ class ClusterSession:
         return "/" + "/".join((self.url.prefix, *parts))
 
     def status(self) -> ClusterStatus:
-        nodes = sorted(self.nodes.items) if self.nodes is not None else []
+        """What /info shows. The node list is the store's, as last watched, plus this node
+        once its registration was written: the watch may not have brought that write back
+        yet, and the node knows it is registered."""
+        nodes = set(self.nodes.items) if self.nodes is not None else set()
+        if self.reachable and self.lease and self.advertise:
+            nodes.add(self.advertise)
         return ClusterStatus(self.flags.store, self.advertise or self.flags.advertise,
-                             self.reachable, self.error, nodes)
+                             self.reachable, self.error, sorted(nodes))
 
     # -- running -----------------------------------------------------------------------------
 
