@@ -106,6 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
                    type=_key_value, metavar="KEY=VALUE",
                    help="kv.cacertfile, kv.certfile, kv.keyfile (TLS to etcd), "
                         "discovery.heartbeat, discovery.ttl (seconds); repeatable")
+    p.add_argument("--plugin-dir", dest="plugin_dirs", action="append", type=Path,
+                   metavar="DIR", help="where plugin sockets and spec files are looked for, "
+                   "repeatable; replaces the defaults (/run/svc/plugins, /run/docker/plugins, "
+                   "/etc/svc/plugins, /usr/lib/svc/plugins, /etc/docker/plugins, "
+                   "/usr/lib/docker/plugins)")
+    p.add_argument("--plugin-timeout", dest="plugin_timeout", type=float, metavar="SECONDS",
+                   help="how long one call to a plugin may take, and how long a plugin that "
+                        "is starting is waited for (default 30)")
+    p.add_argument("--authorization-plugin", dest="authorization_plugins", action="append",
+                   metavar="NAME", help="an authorization plugin every request must pass, "
+                   "repeatable (asked in order)")
     p.add_argument("--config-file", dest="config_file", type=Path,
                    help="JSON file with the same keys as the flags "
                         f"(default {DEFAULT_CONFIG_FILE})")
@@ -122,7 +133,9 @@ _DEST_TO_KEY = {"log_driver": "log-driver", "log_opts": "log-opts",
                 "registry_mirrors": "registry-mirrors",
                 "registry_config_dir": "registry-config-dir",
                 "cluster_store": "cluster-store", "cluster_advertise": "cluster-advertise",
-                "cluster_store_opts": "cluster-store-opts"}
+                "cluster_store_opts": "cluster-store-opts", "plugin_dirs": "plugin-dirs",
+                "plugin_timeout": "plugin-timeout",
+                "authorization_plugins": "authorization-plugins"}
 
 
 def load_config(argv: Sequence[str]) -> DaemonConfig | None:

@@ -60,6 +60,12 @@ class DaemonConfig(BaseModel):
     cluster_store: str = Field("", alias="cluster-store")
     cluster_advertise: str = Field("", alias="cluster-advertise")
     cluster_store_opts: dict[str, str] = Field(default_factory=dict, alias="cluster-store-opts")
+    # plugins: where they are looked for (empty: the engines' directories and svc's own),
+    # how long one call may take, and the authorization plugins every request goes through
+    plugin_dirs: list[Path] = Field(default_factory=list, alias="plugin-dirs")
+    plugin_timeout: float = Field(30.0, alias="plugin-timeout", gt=0)
+    authorization_plugins: list[str] = Field(default_factory=list,
+                                             alias="authorization-plugins")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -151,7 +151,11 @@ def run_daemon(config: DaemonConfig,
                                          log_defaults=log_defaults(config),
                                          cluster=ClusterFlags(
                                              config.cluster_store, config.cluster_advertise,
-                                             tuple(sorted(config.cluster_store_opts.items()))))
+                                             tuple(sorted(config.cluster_store_opts.items()))),
+                                         plugin_dirs=tuple(config.plugin_dirs),
+                                         plugin_timeout=config.plugin_timeout,
+                                         authorization_plugins=tuple(
+                                             config.authorization_plugins))
             engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None

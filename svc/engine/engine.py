@@ -35,8 +35,11 @@ from svc.engine.registries import Registries
 from svc.engine.trash import TrashEmptier
 from svc.engine.volumes.service import VolumeService
 from svc.errors import SvcError
-from svc.models.system import SystemInfo, VersionInfo
+from svc.models.system import PluginsInfo, SystemInfo, VersionInfo
 from svc.network.ifaddr import interface_address
+from svc.plugins.client import CALL_TIMEOUT
+from svc.plugins.discovery import Discovery
+from svc.plugins.manager import PluginManager
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
@@ -65,6 +68,9 @@ class EngineConfig:
     registry: RegistryConfig = RegistryConfig()
     log_defaults: LogDefaults = LogDefaults()
     cluster: ClusterFlags = ClusterFlags()
+    plugin_dirs: tuple[Path, ...] = ()  # empty: the default directories
+    plugin_timeout: float = CALL_TIMEOUT
+    authorization_plugins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,9 @@ class Engine:
         self.images.on_delete = self._forget_partial_blobs
         self.images.on_untag = self.downloads.owner_gone  # partial blobs pulled for it
         self.cgroups = adapters.cgroups
+        dirs = config.plugin_dirs
+        self.plugins = PluginManager(Discovery(dirs, dirs) if dirs else Discovery(),
+                                     timeout=config.plugin_timeout)
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
             config.root, self.events,
@@ -257,4 +266,8 @@ class Engine:
             registry=self.config.registry, logging_driver=self.config.log_defaults.driver,
             cluster=self.cluster.status(),
             log_dropped=self.containers.runner.supervisor.log_dropped.total,
+            plugins=PluginsInfo(
+                Volume=["local", *self.plugins.activated("VolumeDriver")],
+                Network=["bridge", "host", "null", *self.plugins.activated("NetworkDriver")],
+                Authorization=list(self.config.authorization_plugins) or None),
         )

@@ -40,6 +40,8 @@ class Daemon:
         self.exec_root = self.dir / "exec"
         self.pidfile = self.dir / "svc.pid"
         self.logfile = self.dir / "daemon.log"
+        # plugins' sockets and spec files: this daemon's own, never the machine's
+        self.plugin_dir = self.dir / "plugins"
         self.args = list(args)
         self.env = dict(env or {})
         self.probe = probe
@@ -75,6 +77,8 @@ class Daemon:
             cmd += ["--bridge", self.bridge]
         if "--bip" not in self.args:
             cmd += ["--bip", self.bip]
+        if "--plugin-dir" not in self.args:
+            cmd += ["--plugin-dir", str(self.plugin_dir)]
         if "--config-file" in self.args:
             cmd = cmd[: cmd.index("--config-file")] + cmd[cmd.index("--config-file") + 2:]
         return cmd + self.args

@@ -128,3 +128,19 @@ def test_log_defaults_merge_as_dockerd_merges_them() -> None:
                                                                  "max-file": "3"}
     other = HostConfigBody.model_validate({"LogConfig": {"Type": "none"}})
     assert with_log_defaults(other, defaults).LogConfig.Config in (None, {})
+
+
+def test_plugin_settings_from_flags_and_the_config_file(tmp_path: Path) -> None:
+    cfg = load_config(["--plugin-dir", "/a", "--plugin-dir", "/b", "--plugin-timeout", "2.5",
+                       "--authorization-plugin", "first", "--authorization-plugin", "second",
+                       "--config-file", str(_empty(tmp_path))])
+    assert cfg is not None
+    assert cfg.plugin_dirs == [Path("/a"), Path("/b")] and cfg.plugin_timeout == 2.5
+    assert cfg.authorization_plugins == ["first", "second"]  # asked in this order
+    f = tmp_path / "daemon.json"
+    f.write_text(json.dumps({"authorization-plugins": ["authz"], "plugin-timeout": 5}))
+    cfg = load_config(["--config-file", str(f)])
+    assert cfg is not None and cfg.authorization_plugins == ["authz"]
+    assert cfg.plugin_dirs == [] and cfg.plugin_timeout == 5  # the default directories
+    with pytest.raises(ConfigError, match="plugin-timeout"):
+        load_config(["--plugin-timeout", "0", "--config-file", str(_empty(tmp_path))])
