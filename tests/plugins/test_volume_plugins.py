@@ -168,16 +168,19 @@ def test_a_plugin_found_by_a_spec_file_on_tcp(vhost: str, vdaemon: Daemon,
                                               plugins: list[PluginProcess]) -> None:
     port = free_port()
     p = volume_plugin(plugins, vdaemon, "vptcp", tcp=f"127.0.0.1:{port}",
-                      spec_dir=vdaemon.plugin_dir)
+                      spec_dir=vdaemon.plugin_dir, args={"capabilities": "none"})
     assert (vdaemon.plugin_dir / "vptcp.spec").read_text() == f"tcp://127.0.0.1:{port}\n"
     cli(vhost, "volume", "create", "-d", "vptcp", "--name", "overtcp")
     cli(vhost, "run", "--rm", "-v", "overtcp:/t", "busybox", "sh", "-c", "echo tcp > /t/f")
     assert (p.state / "volumes" / "overtcp" / "f").read_text() == "tcp\n"
     assert len(bodies(p, "Mount")) == len(bodies(p, "Unmount")) == 1
+    # a plugin of 1.11 has no Capabilities (a 404): local scope, asked once per activation
+    assert json.loads(cli(vhost, "volume", "inspect", "overtcp"))[0]["Scope"] == "local"
+    assert len(p.calls("VolumeDriver.Capabilities")) == 1
 
 
 def test_sdk7(vhost: str, vdaemon: Daemon, plugins: list[PluginProcess]) -> None:
-    p = volume_plugin(plugins, vdaemon, "vpsdk")
+    p = volume_plugin(plugins, vdaemon, "vpsdk", args={"scope": "global"})
     out = run_sdk("sdk7", """
 import json, sys, docker
 c = docker.DockerClient(base_url=sys.argv[1], version="1.23")
@@ -193,6 +196,7 @@ print(json.dumps([x.name for x in c.volumes.list()]))
     lines = out.splitlines()
     attrs = json.loads(lines[0])
     assert attrs["Driver"] == "vpsdk" and attrs["Labels"] == {"l": "1"}
+    assert attrs["Scope"] == "global"
     assert attrs["Mountpoint"] == str(p.state / "volumes" / "sdkv")
     assert json.loads(lines[1]) == ["sdkv"] and lines[2] == "sdk"
     assert json.loads(lines[3]) == []
