@@ -125,7 +125,8 @@ def daemon(workdir: Path, *, env: dict[str, str] | None = None,
             "--root", str(workdir / "root"), "--exec-root", str(workdir / "exec"),
             "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file),
             "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1",
-            "--bridge", bench_bridge(workdir), "--bip", bip or BENCH_BIP]
+            "--bridge", bench_bridge(workdir), "--bip", bip or BENCH_BIP,
+            "--plugin-dir", str(workdir / "plugins")]  # never the machine's plugins
     return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
                          "/_ping", env)
 

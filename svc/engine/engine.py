@@ -109,7 +109,7 @@ class Engine:
                                      timeout=config.plugin_timeout)
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
-            config.root, self.events,
+            config.root, self.events, self.plugins,
             save=lambda name, rec: self.save_record("volumes", name, rec),
             delete=self._delete_volume)
         self.networks = NetworkService(self.events, config.bridge, config.bip,
@@ -189,6 +189,9 @@ class Engine:
             await self.overlay.forget_sandboxes()
             await nursery.start(self.cluster.run)
             await nursery.start(self.overlay.run)
+            # before the containers: the plugin mounts of containers a crash left running
+            # are owed their Unmount, sent in the background as restore tears them down
+            await nursery.start(keep_running, "volume unmounts", self.volumes.run)
             await self.containers.restore(nursery)
             task_status.started()
 

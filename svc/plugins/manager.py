@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from svc.errors import SystemError_
+from svc.errors import SvcError, SystemError_
 from svc.plugins.client import (
     CALL_TIMEOUT,
     PluginBadAnswer,
@@ -31,7 +31,7 @@ from svc.plugins.client import (
     PluginGone,
     PluginUnreachable,
 )
-from svc.plugins.discovery import Discovery, PluginNotFound, PluginSpec
+from svc.plugins.discovery import Discovery, PluginSpec
 
 log = logging.getLogger("svc.plugins")
 
@@ -61,16 +61,17 @@ class Plugin:
         return self.spec.name
 
     async def call(self, method: str, args: Any = None, *,
-                   timeout: float | None = None) -> dict[str, Any]:
+                   timeout: float | None = None, retry: bool = True) -> dict[str, Any]:
         """``method`` on this plugin, or on its new activation if it died since. A refused
         connection (the plugin never saw the call) is tried once more after activating it
-        again; a connection that broke mid-call is not (the plugin may have acted), but the
-        next call activates it again."""
+        again (without waiting for a plugin that is starting, unless ``retry``); a
+        connection that broke mid-call is not (the plugin may have acted), but the next call
+        activates it again."""
         current = await self.manager.current(self)
         try:
             return await current.client.call(method, args, timeout=timeout)
         except PluginUnreachable:
-            current = await self.manager.reactivate(current)
+            current = await self.manager.reactivate(current, retry=retry)
         except PluginGone:
             await self.manager.forget(current)
             raise
@@ -104,18 +105,21 @@ class PluginManager:
             raise NotImplementing(name, kind, plugin.implements)
         return plugin
 
-    async def get_all(self, kind: str) -> list[Plugin]:
+    async def get_all(self, kind: str, failed: dict[str, str] | None = None) -> list[Plugin]:
         """Every plugin that can be found and implements ``kind`` (``volume ls`` asks all
         volume drivers). One that cannot be activated now is logged and left out, without
-        the retries a named lookup waits for, as the engines' GetAll did."""
+        the retries a named lookup waits for, as the engines' GetAll did; ``failed`` (if
+        given) gets its name and why."""
         names = await trio.to_thread.run_sync(self.discovery.scan)
         found: list[Plugin] = []
 
         async def one(name: str) -> None:
             try:
                 plugin = self._active.get(name) or await self._activated(name, retry=False)
-            except (PluginNotFound, SystemError_) as exc:
+            except SvcError as exc:  # not found now, a bad spec file, not answering
                 log.warning("plugin %s left out: %s", name, exc)
+                if failed is not None:
+                    failed[name] = str(exc)
                 return
             if kind in plugin.implements:
                 found.append(plugin)
@@ -139,10 +143,10 @@ class PluginManager:
                         gone.name)
             await gone.client.aclose()
 
-    async def reactivate(self, gone: Plugin) -> Plugin:
+    async def reactivate(self, gone: Plugin, *, retry: bool = True) -> Plugin:
         """``gone``'s connection was refused: forget it and activate it afresh."""
         await self.forget(gone)
-        return await self._activated(gone.name)
+        return await self._activated(gone.name, retry=retry)
 
     async def aclose(self) -> None:
         for plugin in list(self._active.values()):

@@ -12,7 +12,8 @@ from svc.api.shaping import json_response
 from svc.api.versioning import api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import VolumesBackend
-from svc.engine.volumes.service import Volume, VolumeService
+from svc.engine.volumes.base import Volume
+from svc.engine.volumes.service import VolumeService
 from svc.errors import InvalidParameter
 from svc.models.volumes import VolumeBody, VolumeCreateBody
 
@@ -33,10 +34,16 @@ def volumes() -> VolumeService:
 
 def shape(v: Volume) -> dict[str, Any]:
     """The volume object, the same at every version (``Labels`` came with v1.23; no older
-    client breaks on it)."""
-    body = VolumeBody(Name=v.name, Driver=v.driver, Mountpoint=str(v.mountpoint),
+    client breaks on it). A plugin's volume also shows its ``Scope`` and, when the plugin's
+    ``Get`` gave one, its ``Status`` (as later engines showed them)."""
+    body = VolumeBody(Name=v.name, Driver=v.driver, Mountpoint=v.mountpoint,
                       Labels=v.labels or None)
-    return body.model_dump()
+    out = body.model_dump()
+    if not v.local:
+        out["Scope"] = v.scope or "local"
+        if v.status:
+            out["Status"] = v.status
+    return out
 
 
 @bp.get("/volumes")
@@ -47,9 +54,10 @@ async def list_volumes() -> Response:
         if value.lower() not in TRUTH:
             raise InvalidParameter(f"Invalid filter 'dangling={value}': true or false")
         dangling = TRUTH[value.lower()]
-    found = volumes().select(dangling, names=filters.get("name"),
-                             drivers=filters.get("driver"), labels=filters.get("label"))
-    return json_response({"Volumes": [shape(v) for v in found]})
+    found, warnings = await volumes().select(
+        dangling, names=filters.get("name"), drivers=filters.get("driver"),
+        labels=filters.get("label"))
+    return json_response({"Volumes": [shape(v) for v in found], "Warnings": warnings or None})
 
 
 @bp.post("/volumes/create")
@@ -64,7 +72,7 @@ async def create() -> Response:
 
 @bp.get("/volumes/<name>")
 async def inspect(name: str) -> Response:
-    return json_response(shape(volumes().get(name)))
+    return json_response(shape(await volumes().inspect(name)))
 
 
 @bp.delete("/volumes/<name>")

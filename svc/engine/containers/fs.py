@@ -88,8 +88,11 @@ class ContainerFS:
         with ``volumes``, its volumes and bind mounts to bind in (JSON). Running or stopped,
         the container's files are seen as dockerd shows them to ``docker cp``: through its
         own mounts, not through a process (whose exit would pull the root away mid-way)."""
+        # a plugin's volume is there only while the container runs (mounted for it)
         binds = [[str(m.Source), str(m.Destination), not m.RW] for m in c.mounts
-                 if m.Type in ("bind", "volume") and m.Source] if volumes else []
+                 if m.Type in ("bind", "volume") and m.Source
+                 and (m.Type == "bind" or m.Driver in ("", "local") or c.live is not None)
+                 ] if volumes else []
         if c.state.status is State.REMOVING:
             raise NotFound(f"No such container: {c.id}")
         c.fs_users += 1  # a running container's teardown leaves the overlay to the last user

@@ -11,14 +11,13 @@ bind), ``name:/ctr[:mode]`` (a named volume, created when missing). Modes: ``ro`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from svc.engine.volumes.service import DRIVER, check_driver, check_name
+from svc.engine.volumes.base import check_name
 from svc.errors import InvalidParameter
 from svc.models.containers import HostConfigBody, MountBody
 
@@ -32,7 +31,7 @@ class MountPoint(BaseModel):
     Name: str = ""  # the volume's name ("" for a bind, or an anonymous volume not made yet)
     Source: str = ""  # the host path
     Destination: str  # the path in the container
-    Driver: str = ""  # "local" for a volume
+    Driver: str = ""  # a volume's driver ("local", or a plugin's name)
     Mode: str = ""  # the bind's mode text, as given
     RW: bool = True
     Propagation: str = ""
@@ -57,8 +56,9 @@ class BindSpec:
         return "bind" if self.source.startswith("/") else "volume"
 
 
-def parse_bind(bind: str) -> BindSpec:
-    """One Binds entry, checked; errors name the entry."""
+def parse_bind(bind: str, driver: str = "") -> BindSpec:
+    """One Binds entry, checked (a volume's name by the rule of ``driver``); errors name
+    the entry."""
     parts = bind.split(":")
     if len(parts) > 3 or not all(parts[:2]):
         raise InvalidParameter(f"invalid volume specification: {bind!r}: use /container/path, "
@@ -73,7 +73,7 @@ def parse_bind(bind: str) -> BindSpec:
         raise InvalidParameter(f"invalid volume specification: {bind!r}: the container path "
                                "must be absolute and not /")
     if source and not source.startswith("/"):
-        check_name(source)
+        check_name(source, driver)
     return BindSpec(source, _clean(dest), mode, rw, copy, propagation)
 
 
@@ -102,18 +102,19 @@ def _clean(path: str) -> str:
 
 def check_binds(hc: HostConfigBody) -> None:
     for bind in hc.Binds or []:
-        parse_bind(bind)
+        parse_bind(bind, hc.VolumeDriver)
     for m in hc.Mounts or []:
-        _check_mount(m)
+        _check_mount(m, hc.VolumeDriver)
     # VolumeDriver alone is accepted (dockerd uses it only when it makes a volume): an
-    # unknown driver is a 404 from the volume create it would take
+    # unknown driver is a 404 from the volume create it would take (a Mounts entry's
+    # DriverConfig too)
     for dest in hc.Tmpfs or {}:
         if not dest.startswith("/") or dest == "/":
             raise InvalidParameter(f"invalid tmpfs mount point {dest!r}: it must be an "
                                    "absolute path other than /")
 
 
-def _check_mount(m: MountBody) -> None:
+def _check_mount(m: MountBody, driver: str) -> None:
     what = f"mount {m.Type or '?'} {m.Source or ''}:{m.Target or ''}"
     if m.Type not in ("bind", "volume", "tmpfs"):
         raise InvalidParameter(f"invalid {what}: Type must be bind, volume or tmpfs")
@@ -126,23 +127,22 @@ def _check_mount(m: MountBody) -> None:
             raise InvalidParameter(f"invalid {what}: bind source path does not exist: "
                                    f"{m.Source}")
     elif m.Type == "volume" and m.Source:
-        check_name(m.Source)
+        config = m.VolumeOptions.DriverConfig if m.VolumeOptions else None
+        check_name(m.Source, config.Name if config and config.Name else driver)
     elif m.Type == "tmpfs" and m.Source:
         raise InvalidParameter(f"invalid {what}: a tmpfs takes no Source")
     prop = m.BindOptions.Propagation if m.BindOptions else ""
     if prop and prop not in PROPAGATIONS:
         raise InvalidParameter(f"invalid {what}: unknown propagation {prop!r}")
-    if m.VolumeOptions and m.VolumeOptions.DriverConfig:
-        check_driver(m.VolumeOptions.DriverConfig.Name)
 
 
 def plan(hc: HostConfigBody, volumes: dict[str, Any] | None,
-         volumes_from: list[tuple[list[MountPoint], str]],
-         volume_path: Callable[[str], str]) -> list[MountPoint]:
+         volumes_from: list[tuple[list[MountPoint], str]]) -> list[MountPoint]:
     """The container's mount points, destination by destination: those of VolumesFrom (mode
     ``ro``/``rw`` or the original's), overridden by Binds and Mounts, then an anonymous volume
-    for each config Volume left. Named volumes get their path from ``volume_path``; anonymous
-    ones have no name yet (``Name`` "")."""
+    for each config Volume left. A volume's ``Driver`` is the one asked for, or ""; its path
+    (and an anonymous one's ``Name``) is known once it is made."""
+    driver = hc.VolumeDriver
     points: dict[str, MountPoint] = {}
     for theirs, mode in volumes_from:
         for m in theirs:
@@ -155,19 +155,19 @@ def plan(hc: HostConfigBody, volumes: dict[str, Any] | None,
             points[m.Destination] = copied
     own: set[str] = set()
     for bind in hc.Binds or []:
-        b = parse_bind(bind)
+        b = parse_bind(bind, driver)
         _claim(own, b.destination)
         if b.kind == "bind":
             points[b.destination] = _point("bind", "", b.source, b.destination, b.mode, b.rw,
                                            b.propagation or "rprivate", copy=False)
         else:
-            points[b.destination] = _point("volume", b.source, volume_path(b.source)
-                                           if b.source else "", b.destination, b.mode, b.rw,
-                                           b.propagation, copy=b.copy, anonymous=not b.source)
+            points[b.destination] = _point("volume", b.source, "", b.destination, b.mode,
+                                           b.rw, b.propagation, copy=b.copy,
+                                           anonymous=not b.source, driver=driver)
     for mb in hc.Mounts or []:
         dest = _clean(mb.Target)
         _claim(own, dest)
-        points[dest] = _from_mount(mb, dest, volume_path)
+        points[dest] = _from_mount(mb, dest, driver)
     for dest in hc.Tmpfs or {}:  # mounted by the spec; a config Volume there is not made
         _claim(own, _clean(dest))
         points.pop(_clean(dest), None)
@@ -176,19 +176,22 @@ def plan(hc: HostConfigBody, volumes: dict[str, Any] | None,
         dest = _clean(str(dest))
         if dest not in points:
             points[dest] = _point("volume", "", "", dest, "", True, "", copy=True,
-                                  anonymous=True)
+                                  anonymous=True, driver=driver)
     return list(points.values())
 
 
-def _from_mount(mb: MountBody, dest: str, volume_path: Callable[[str], str]) -> MountPoint:
+def _from_mount(mb: MountBody, dest: str, driver: str) -> MountPoint:
     prop = mb.BindOptions.Propagation if mb.BindOptions else ""
     if mb.Type == "bind":
         return _point("bind", "", mb.Source, dest, "", not mb.ReadOnly, prop or "rprivate",
                       copy=False)
     if mb.Type == "volume":
-        nocopy = bool(mb.VolumeOptions and mb.VolumeOptions.NoCopy)
-        return _point("volume", mb.Source, volume_path(mb.Source) if mb.Source else "", dest,
-                      "", not mb.ReadOnly, prop, copy=not nocopy, anonymous=not mb.Source)
+        vo = mb.VolumeOptions
+        nocopy = bool(vo and vo.NoCopy)
+        if vo and vo.DriverConfig and vo.DriverConfig.Name:
+            driver = vo.DriverConfig.Name
+        return _point("volume", mb.Source, "", dest, "", not mb.ReadOnly, prop,
+                      copy=not nocopy, anonymous=not mb.Source, driver=driver)
     t = mb.TmpfsOptions
     opts = [f"size={t.SizeBytes}"] if t and t.SizeBytes else []
     opts += [f"mode={t.Mode:o}"] if t and t.Mode else []
@@ -204,9 +207,9 @@ def _claim(own: set[str], dest: str) -> None:
 
 
 def _point(kind: str, name: str, source: str, dest: str, mode: str, rw: bool, propagation: str,
-           *, copy: bool, anonymous: bool = False) -> MountPoint:
+           *, copy: bool, anonymous: bool = False, driver: str = "") -> MountPoint:
     return MountPoint(Type=kind, Name=name, Source=source, Destination=dest,
-                      Driver=DRIVER if kind == "volume" else "", Mode=mode, RW=rw,
+                      Driver=driver if kind == "volume" else "", Mode=mode, RW=rw,
                       Propagation=propagation, CopyData=copy, Anonymous=anonymous)
 
 

@@ -304,18 +304,19 @@ class Runner:
         await self.overlay.unmount(c, unless_used=unless_used, unless_read=unless_read)
 
     async def _mount_volumes(self, c: Container) -> None:
-        """Each volume of ``c`` ready for it (a device mounted if it has one); a new, empty
-        volume filled from the image's content at its mount point, unless ``nocopy``."""
+        """Each volume of ``c`` ready for it (a device mounted if it has one, a plugin's
+        ``Mount``, whose path becomes the mount point's source); a new, empty volume filled
+        from the image's content at its mount point, unless ``nocopy``."""
         for m in c.mounts:
             if m.Type != "volume":
                 continue
-            await self.volumes.mount(m.Name, c.id, m.Destination, bool(m.RW),
-                                       str(m.Propagation or ""))
+            m.Source = await self.volumes.mount(m.Name, c.id, m.Destination, bool(m.RW),
+                                                str(m.Propagation or ""))
             if m.CopyData:
                 source = await trio.to_thread.run_sync(
                     image_dir, c.rootfs, str(m.Destination))
                 if source is not None:
-                    await self.volumes.fill(m.Name, source)
+                    await self.volumes.fill(m.Source, source)
 
     async def _unmount_volumes(self, c: Container) -> None:
         for m in c.mounts:
@@ -351,8 +352,7 @@ class Runner:
         record is swept at the next start)."""
         if c.live is not None or c.fs_users or self.networks.of_container(c.id):
             return True
-        volumes = self.volumes.volumes
-        if any(m.Type == "volume" and m.Name in volumes and c.id in volumes[m.Name].users
+        if any(m.Type == "volume" and self.volumes.mounted_for(m.Name, c.id)
                for m in c.mounts):
             return True
         return await trio.to_thread.run_sync(self._traces_on_host, c)

@@ -9,8 +9,9 @@ from typing import Any
 from svc.engine.containers.container import Container
 from svc.engine.containers.mounts import MountPoint, parse_volumes_from, plan, volume_options
 from svc.engine.containers.registry import ContainerRegistry
+from svc.engine.volumes.base import DriverNotFound
 from svc.engine.volumes.service import VolumeService
-from svc.errors import SvcError
+from svc.errors import InvalidParameter, SvcError
 from svc.models.containers import HostConfigBody
 
 
@@ -34,22 +35,29 @@ class ContainerVolumes:
         """Plan the mount points and make the volumes they name (anonymous ones too; those
         made before for the same destination are reused). Cancellation: a volume already made
         stays (a dangling one, if the create fails)."""
+        try:
+            return await self._make_mounts(hc, volumes, volumes_from, before)
+        except DriverNotFound as exc:  # not a 404: the CLI would take it for a missing image
+            raise InvalidParameter(str(exc)) from None
+
+    async def _make_mounts(self, hc: HostConfigBody, volumes: Any,
+                           volumes_from: list[tuple[list[MountPoint], str]],
+                           before: list[MountPoint]) -> list[MountPoint]:
         vols = self.volumes
-        points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from,
-                      lambda name: str(vols.path(name)))
+        points = plan(hc, volumes if isinstance(volumes, dict) else None, volumes_from)
         reuse = {m.Destination: m for m in before if m.Anonymous}
         for m in (m for m in points if m.Type == "volume"):
+            old = reuse.get(m.Destination)
             if m.Name:
                 driver_opts, labels = volume_options(hc, m.Destination)
-                await vols.create(m.Name, driver=hc.VolumeDriver, options=driver_opts,
-                                  labels=labels)
-                continue
-            old = reuse.get(m.Destination)
-            if old is not None and old.Name in vols.volumes:
-                m.Name, m.Source = old.Name, old.Source
-                continue
-            v = await vols.create(None, driver=hc.VolumeDriver, anonymous=True)
-            m.Name, m.Source = v.name, str(v.mountpoint)
+                v = await vols.create(m.Name, driver=m.Driver, options=driver_opts or None,
+                                      labels=labels)
+            elif old is not None and vols.exists(old.Name):
+                v = vols.get(old.Name)
+            else:
+                v = await vols.create(None, driver=m.Driver, anonymous=True)
+            # a plugin's path is known for sure once it is mounted (the start sets it)
+            m.Name, m.Source, m.Driver = v.name, v.mountpoint, v.driver
         return points
 
     async def drop_anonymous(self, c: Container,
@@ -57,7 +65,7 @@ class ContainerVolumes:
         """Remove the anonymous volumes of ``c`` (or those of ``mounts``) that no other
         container refers to (``rm -v``)."""
         for m in c.mounts if mounts is None else mounts:
-            if m.Anonymous and m.Name in self.volumes.volumes:
+            if m.Anonymous and self.volumes.exists(m.Name):
                 others = [r for r in self.users(m.Name) if r != c.id]
                 if not others:
                     with contextlib.suppress(SvcError):
