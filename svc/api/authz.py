@@ -53,7 +53,14 @@ EXTENSION = "svc.hijack"  # (svc.api.hijack's scope extension: its "connection")
 
 
 class Authorization:
-    """ASGI wrapper: the app behind authorization plugins (see the module)."""
+    """ASGI wrapper: the app behind authorization plugins (see the module).
+
+    Cancellation: a client that goes away while its request waits for a plugin is noticed
+    only once the plugin has answered (the plugin call is bounded by ``--plugin-timeout``);
+    once the app runs, quart-trio cancels it as usual, with a held answer's ``AuthZRes``.
+    Nothing is left behind: a held answer is dropped; a stream cut short by cancellation (the
+    daemon stopping) gets no ``AuthZRes``.
+    """
 
     def __init__(self, app: Any, authorizer: Authorizer,
                  common_headers: list[tuple[str, str]]) -> None:
@@ -74,7 +81,7 @@ class Authorization:
         conn = _connection(scope)
         pairs = _pairs(scope)
         uri = request_uri(scope)
-        body, receive = await _read_body(scope, receive, uri, pairs, conn)
+        body, receive = await _read_body(scope, receive, uri, pairs)
         req = AuthzRequest(scope["method"], uri, flatten_headers(pairs), body, tls_user(conn))
         try:
             await self.authz.authorize_request(req)
@@ -267,7 +274,7 @@ def parse_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
 
 
 async def _read_body(scope: dict[str, Any], receive: Receive, uri: str,
-                     pairs: list[tuple[str, str]], conn: Any) -> tuple[bytes | None, Receive]:
+                     pairs: list[tuple[str, str]]) -> tuple[bytes | None, Receive]:
     """The request body, where the engines sent it to the plugins, and a ``receive`` that
     gives the app the same messages again. A body of 1 MiB or more (declared, or found while
     reading a chunked one) is not sent; a body the view reads from the socket itself (a

@@ -168,6 +168,8 @@ def test_the_cli_alice_removes_mallory_is_denied_rm_and_nothing_else(setup: Setu
     cp = s.cli("mallory", "cp", "authz-m3:/etc/hostname", "-")  # an archive
     assert cp.returncode == 0 and cp.stdout, cp.stderr
     s.cli("mallory", "kill", "authz-m3")
+    info = s.cli("mallory", "info", "--format", "{{json .Plugins.Authorization}}")
+    assert json.loads(info.stdout) == ["authz"], info.stderr
 
     # what the plugin was told about mallory's rm, and about alice's
     denied = calls_for(s.plugin, "DELETE", "/containers/authz-m1")
