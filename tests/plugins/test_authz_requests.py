@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,34 @@ def _build_context() -> bytes:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def test_an_allowed_websocket_attach_and_its_authz_res(allow_all: Guarded) -> None:
+    g = allow_all
+    with g.client() as c:
+        cid = c.post("/v1.23/containers/create", params={"name": "req-ws"},
+                     json={"Image": "busybox", "Cmd": ["sh", "-c", "echo ws-out; sleep 30"]}
+                     ).json()["Id"]
+        c.post(f"/v1.23/containers/{cid}/start").raise_for_status()
+    target = f"/v1.23/containers/{cid}/attach/ws?logs=1&stream=1&stdout=1"
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(str(g.daemon.sock))
+            s.sendall(f"GET {target} HTTP/1.1\r\nHost: d\r\nConnection: Upgrade\r\n"
+                      "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode())
+            got = b""
+            while b"ws-out" not in got:
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 101 "), got[:200]
+        deadline = time.monotonic() + 10
+        while not g.asked("GET", target, "AuthZPlugin.AuthZRes"):  # once the session ended
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert g.asked("GET", target, "AuthZPlugin.AuthZRes")[-1]["ResponseStatusCode"] == 101
+    finally:
+        with g.client() as c:
+            c.delete(f"/v1.23/containers/{cid}", params={"force": 1})
