@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import (  # noqa: E402
+    bench_authz,
     bench_build,
     bench_containers,
     bench_events,
@@ -77,6 +78,7 @@ BENCHMARKS = [
     Benchmark("network", bench_network.network),
     Benchmark("network_scale", bench_scale.network_scale),
     Benchmark("fuzz_rss", bench_scale.fuzz_rss),
+    Benchmark("authz", bench_authz.authz),
     Benchmark("soak", bench_soak.soak),
     Benchmark("overlay", bench_overlay.overlay),
     Benchmark("rss_after", bench_rss.rss_after),

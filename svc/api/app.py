@@ -10,6 +10,7 @@ from quart_trio import QuartTrio
 
 from svc.api import errors as api_errors
 from svc.api.afterresponse import AfterResponse
+from svc.api.authz import Authorization
 from svc.api.body import BoundedRequest, HTTPConnection
 from svc.api.fastpath import PlainRoutes
 from svc.api.heads import common_headers
@@ -73,15 +74,20 @@ def create_app(engine: Engine, *, cors_origin: str = "",
     networks_routes.register(app, engine)
     for extend in extensions:
         extend(app, engine)
-    return SvcApp(AfterResponse(VersionPrefix(app)),
-                  PlainRoutes(app.url_map, app.config["SVC_COMMON_HEADERS"]))
+    common = app.config["SVC_COMMON_HEADERS"]
+    if engine.authz is not None:
+        # every request through the plugins, so none answered without the app (fastpath);
+        # inside AfterResponse: what a view defers follows the answer the plugins let out
+        return SvcApp(AfterResponse(Authorization(VersionPrefix(app), engine.authz, common)),
+                      None)
+    return SvcApp(AfterResponse(VersionPrefix(app)), PlainRoutes(app.url_map, common))
 
 
 class SvcApp:
     """The ASGI application svcd serves, with its plain routes (``svc.api.fastpath``) for
-    the protocol to answer without it."""
+    the protocol to answer without it (None: every request goes through the app)."""
 
-    def __init__(self, asgi: Any, plain: PlainRoutes) -> None:
+    def __init__(self, asgi: Any, plain: PlainRoutes | None) -> None:
         self.asgi = asgi
         self.plain = plain
 

@@ -67,7 +67,10 @@ class _HijackTaskGroup:
                         send: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         if scope.get("type") == "http":
             scope["extensions"][EXTENSION] = {"hijack": partial(self._protocol.hijack, scope),
-                                              "body": self._protocol.raw_body}
+                                              "body": self._protocol.raw_body,
+                                              "connection": self._protocol}
+        elif scope.get("type") == "websocket":  # (its peer, for authorization: svc.api.authz)
+            scope["extensions"][EXTENSION] = {"connection": self._protocol}
         result: Callable[..., Awaitable[None]] = await self._inner.spawn_app(
             app, config, scope, send)
         return result
@@ -342,6 +345,7 @@ class HijackH11Protocol(Refusals, H11Protocol):
         self.connection = self.raw._conn  # type: ignore[assignment]
         if head is None:
             head = raw_stream_head(wants_upgrade(scope["headers"]))
+        self.raw.head = head
         await self.send(RawData(data=head))
         await self.can_read.set()
         return self.raw

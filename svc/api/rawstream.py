@@ -72,6 +72,7 @@ class RawStream(trio.abc.Stream):
         self.plain_socket: Any = None  # the trio socket, for direct writes; None under TLS
         self._on_gone: Callable[[], None] | None = None
         self.abort_at = math.inf  # when the connection's clock aborts it (``abort_after``)
+        self.head = b""  # the response head written at the takeover
 
     def grow_send_buffer(self, size: int = 4 << 20) -> None:
         """A larger kernel send buffer for a bulk stream (attach, exec, logs): each wakeup of

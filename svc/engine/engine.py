@@ -17,6 +17,7 @@ import trio
 
 from svc.background import keep_running
 from svc.engine import system
+from svc.engine.authz import Authorizer
 from svc.engine.builder.builder import Builder
 from svc.engine.cluster.session import ClusterFlags, ClusterSession
 from svc.engine.containers.config import LogDefaults
@@ -107,6 +108,9 @@ class Engine:
         dirs = config.plugin_dirs
         self.plugins = PluginManager(Discovery(dirs, dirs) if dirs else Discovery(),
                                      timeout=config.plugin_timeout)
+        # every API request goes through these (svc.api.authz); None: no cost at all
+        self.authz = Authorizer(self.plugins, config.authorization_plugins,
+                                config.plugin_timeout) if config.authorization_plugins else None
         self.runtime = adapters.runtime
         self.volumes = VolumeService(
             config.root, self.events, self.plugins,

@@ -92,15 +92,17 @@ class PluginManager:
         """Names of the activated plugins that implement ``kind`` (for /info)."""
         return sorted(n for n, p in self._active.items() if kind in p.implements)
 
-    async def get(self, name: str, kind: str) -> Plugin:
-        """The plugin ``name``, activated and implementing ``kind``.
+    async def get(self, name: str, kind: str, *, retry: bool = True) -> Plugin:
+        """The plugin ``name``, activated and implementing ``kind``; without ``retry``, a
+        plugin that does not answer fails at once instead of being waited for while it
+        starts (an authorization plugin: the request it holds up is denied).
 
         Raises:
             PluginNotFound: no socket or spec file has that name.
             NotImplementing: it does not serve ``kind``.
             PluginUnreachable, PluginTimeout, PluginCallError: it could not be activated.
         """
-        plugin = await self._activated(name)
+        plugin = await self._activated(name, retry=retry)
         if kind not in plugin.implements:
             raise NotImplementing(name, kind, plugin.implements)
         return plugin

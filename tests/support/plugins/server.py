@@ -8,7 +8,8 @@ HOST:PORT) [--tls-cert C --tls-key K] [--arg KEY=VALUE ...]``
   method -> function(body) -> (status, answer object)); an unknown method is a 404 with Go's
   text ("404 page not found"), as a Go plugin's mux answered;
 - each request is appended to ``<state>/calls.jsonl`` (method, body, headers) before it is
-  answered, so a test reads what the daemon asked and in which order;
+  answered, so a test reads what the daemon asked and in which order (``--arg record=0``: not,
+  for a benchmark);
 - ``<state>/faults.json`` (read at each request) maps a method to a fault: ``"hang"`` (never
   answers), ``"crash"`` (the process exits at once, mid-call), ``"garbage"`` (a 200 that is not
   JSON), ``"slow:<seconds>"`` (answers after that long).
@@ -50,6 +51,7 @@ def serve(impl: str, state: Path, args: dict[str, str], *, sock: str = "", tcp: 
                   else list(mod.IMPLEMENTS))
     lock = threading.Lock()
     calls = state / "calls.jsonl"
+    record = args.get("record", "1") != "0"
 
     class Request(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -68,10 +70,11 @@ def serve(impl: str, state: Path, args: dict[str, str], *, sock: str = "", tcp: 
                 body = json.loads(raw) if raw.strip() else None
             except ValueError:
                 body = {"_unparsed": raw.decode("utf-8", "replace")}
-            with lock, calls.open("a") as f:
-                f.write(json.dumps({"method": method, "body": body, "time": time.time(),
-                                    "headers": dict(self.headers.items())}) + "\n")
-                f.flush()
+            if record:
+                with lock, calls.open("a") as f:
+                    f.write(json.dumps({"method": method, "body": body, "time": time.time(),
+                                        "headers": dict(self.headers.items())}) + "\n")
+                    f.flush()
             fault = _faults(state).get(method, "")
             if fault == "hang":
                 time.sleep(3600)
