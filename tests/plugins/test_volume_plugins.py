@@ -259,3 +259,15 @@ def test_plugin_volumes_in_one_container_are_data_only_while_it_runs(
     assert (p.state / "volumes" / "cpv" / "in").read_text() == "copied\n"
     cli(vhost, "rm", "-f", cid)
     assert mount_count(p.state, "cpv") == 0
+
+
+def test_info_lists_an_activated_volume_plugin_after_the_builtin_driver(
+        vhost: str, vdaemon: Daemon, plugins: list[PluginProcess]) -> None:
+    volume_plugin(plugins, vdaemon, "vpinfo")
+    before = json.loads(cli(vhost, "info", "--format", "{{json .Plugins}}"))
+    assert before["Volume"][0] == "local" and "vpinfo" not in before["Volume"]
+    assert before["Network"][:3] == ["bridge", "host", "null"]
+    cli(vhost, "volume", "create", "-d", "vpinfo", "--name", "pvinfo")
+    after = json.loads(cli(vhost, "info", "--format", "{{json .Plugins}}"))
+    assert after["Volume"][0] == "local" and "vpinfo" in after["Volume"]
+    assert "vpinfo" not in after["Network"]  # it implements VolumeDriver only
