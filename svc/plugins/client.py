@@ -19,15 +19,17 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import trio
 
 from svc.errors import Conflict, InvalidParameter, NotFound, SystemError_
 from svc.plugins.discovery import PluginSpec, TLSOptions
+from svc.plugins.http1 import Broken, ConnectFailed, Pool, Target, TooLarge
 
 MIMETYPE = "application/vnd.docker.plugins.v1.2+json"
 CALL_TIMEOUT = 30.0  # the engines' defaultTimeOut, here a bound on each call
 MAX_ANSWER = 16 << 20
+# what the engines sent (Go added its User-Agent and Accept-Encoding; no plugin reads them)
+HEADERS = [("Accept", MIMETYPE)]
 
 
 class PluginUnreachable(SystemError_):
@@ -105,22 +107,20 @@ def tls_context(tls: TLSOptions | None) -> ssl.SSLContext:
 
 
 class PluginClient:
-    """Calls to one plugin over one pooled connection set; ``aclose`` ends them."""
+    """Calls to one plugin over a small pool of kept-alive connections; ``aclose`` ends
+    them."""
 
     def __init__(self, spec: PluginSpec, *, timeout: float = CALL_TIMEOUT) -> None:
         self.spec = spec
         self.timeout = timeout
         parts = urlsplit(spec.addr)
         if parts.scheme == "unix":
-            transport = httpx.AsyncHTTPTransport(uds=parts.path or parts.netloc, retries=0)
-            self.base = "http://plugin"
-        elif parts.scheme == "https":
-            transport = httpx.AsyncHTTPTransport(verify=tls_context(spec.tls), retries=0)
-            self.base = f"https://{parts.netloc}"
+            target = Target(unix=parts.path or parts.netloc)
         else:
-            transport = httpx.AsyncHTTPTransport(retries=0)
-            self.base = f"http://{parts.netloc}"
-        self.http = httpx.AsyncClient(transport=transport, trust_env=False, timeout=None)
+            target = Target(host=parts.hostname or "", port=parts.port or
+                            (443 if parts.scheme == "https" else 80),
+                            tls=tls_context(spec.tls) if parts.scheme == "https" else None)
+        self.pool = Pool(target)
 
     async def call(self, method: str, args: Any = None, *,
                    timeout: float | None = None) -> dict[str, Any]:
@@ -132,18 +132,21 @@ class PluginClient:
             PluginTimeout: no whole answer within the deadline.
             PluginGone: the connection broke after the call was sent.
             PluginCallError: the plugin answered with an error.
-            PluginBadAnswer: a 200 that is not a JSON object.
+            PluginBadAnswer: a 200 that is not a JSON object, or an answer too large.
         """
         body = b"" if args is None else json.dumps(args).encode() + b"\n"
         seconds = self.timeout if timeout is None else timeout
         with trio.move_on_after(seconds) as scope:
             try:
-                status, raw = await self._post(method, body)
-            except httpx.ConnectError as exc:
-                raise PluginUnreachable(self.spec.name, _why(exc)) from None
-            except httpx.TransportError as exc:
+                status, raw = await self.pool.post(f"/{method}", body, HEADERS, MAX_ANSWER)
+            except ConnectFailed as exc:
+                raise PluginUnreachable(self.spec.name, str(exc)) from None
+            except Broken as exc:
                 raise PluginGone(method, 0, f"plugin {self.spec.name} went away during "
-                                 f"the call: {_why(exc)}") from None
+                                 f"the call: {exc}") from None
+            except TooLarge:
+                raise PluginBadAnswer(f"{method}: plugin {self.spec.name} answered more "
+                                      f"than {MAX_ANSWER >> 20} MiB") from None
         if scope.cancelled_caught:
             raise PluginTimeout(self.spec.name, method, seconds)
         if status != 200:
@@ -160,23 +163,8 @@ class PluginClient:
                                   f"{_snippet(raw)}, not a JSON object")
         return doc
 
-    async def _post(self, method: str, body: bytes) -> tuple[int, bytes]:
-        headers = {"Accept": MIMETYPE}
-        async with self.http.stream("POST", f"{self.base}/{method}", content=body,
-                                    headers=headers) as resp:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_ANSWER:
-                    raise PluginBadAnswer(f"{method}: plugin {self.spec.name} answered "
-                                          f"more than {MAX_ANSWER >> 20} MiB")
-                chunks.append(chunk)
-            return resp.status_code, b"".join(chunks)
-
     async def aclose(self) -> None:
-        with trio.CancelScope(shield=True):
-            await self.http.aclose()
+        await self.pool.aclose()
 
 
 def _err_text(raw: bytes) -> str:
@@ -195,5 +183,3 @@ def _snippet(raw: bytes) -> str:
     return repr(text + ("..." if len(raw) > 80 else ""))
 
 
-def _why(exc: Exception) -> str:
-    return str(exc) or type(exc).__name__

@@ -157,9 +157,10 @@ def test_authz_res_denies_a_held_answer_and_only_logs_a_streams(rig: Rig) -> Non
                                                 "hidden\n")
         r = c.get(f"/v1.23/containers/{cid}/logs", params={"stdout": 1})
         assert r.status_code == 200 and b"logged" in r.content  # the stream went out
+        # (its AuthZRes is asked once the stream has ended: the rule must still hold then)
+        deadline = time.monotonic() + 5
+        while "the stream had been sent already" not in rig.daemon.log():
+            assert time.monotonic() < deadline, rig.daemon.log()[-2000:]
+            time.sleep(0.05)
         rig.rules(first, [])
         c.delete(f"/v1.23/containers/{cid}")
-    deadline = time.monotonic() + 5
-    while "the stream had been sent already" not in rig.daemon.log():
-        assert time.monotonic() < deadline, rig.daemon.log()[-2000:]
-        time.sleep(0.05)
