@@ -18,10 +18,16 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
+
+from svc.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 CALL_TIMEOUT = 5.0  # one request to one endpoint; a watch's read is not bounded by it
 RETRY_FIRST, RETRY_MAX = 0.1, 2.0  # a patient watch's pauses while etcd is unreachable

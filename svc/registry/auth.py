@@ -21,14 +21,19 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
 
+from svc.lazy import lazy_module
 from svc.registry.errors import RegistryError, Unauthorized, Unreachable, from_response
 from svc.registry.transport import describe, read_body
 from svc.wire.authconfig import AuthConfig
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 DEFAULT_EXPIRES_IN = 60
 CLIENT_ID = "svc"

@@ -17,11 +17,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
 
+from svc.lazy import lazy_module
 from svc.registry.auth import Authenticator
 from svc.registry.errors import RegistryError, Unauthorized, Unreachable, from_response
 from svc.registry.transport import (
@@ -33,6 +33,11 @@ from svc.registry.transport import (
     read_body,
 )
 from svc.wire.authconfig import ANONYMOUS, AuthConfig
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 # A request body: bytes, or a factory of async byte streams (called again for a retry).
 Body = bytes | Callable[[], AsyncIterable[bytes]] | None

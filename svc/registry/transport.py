@@ -18,11 +18,17 @@ import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import trio
 
+from svc.lazy import lazy_module
 from svc.registry.errors import RegistryError
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 HUB_DOMAIN = "docker.io"
 HUB_ENDPOINT = "https://registry-1.docker.io"

@@ -18,14 +18,20 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import trio
 
+from svc.lazy import lazy_module
 from svc.registry import digests
 from svc.registry.auth import repository_scope
 from svc.registry.client import Answer, RegistryClient
 from svc.registry.errors import DigestMismatch, RegistryError
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 Source = bytes | Path | Callable[[], AsyncIterable[bytes]]
 FILE_CHUNK = 1 << 20

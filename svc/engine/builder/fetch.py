@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import trio
+
+from svc.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")
 
 
 async def fetch_to(url: str, dest: Path, *, limit: int, fail: Callable[[str], Exception],
