@@ -22,6 +22,7 @@ import trustme
 from tests.conftest import _docker_config_dir, run_sdk
 from tests.registry.registryd import Registry
 from tests.support.daemon import Daemon, import_busybox
+from tests.support.etcdd import free_port
 from tests.support.plugins.process import PluginProcess
 
 USERS = ("alice", "mallory")
@@ -29,14 +30,6 @@ DENY_RM = [{"phase": "req", "user": "mallory", "method": "DELETE",
             "uri": r"^(/v[0-9.]+)?/containers/[^/?]+(\?|$)",
             "msg": "mallory may not remove containers"}]
 DENIED = "authorization denied by plugin authz: mallory may not remove containers"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

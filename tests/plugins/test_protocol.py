@@ -3,7 +3,6 @@ a plugin that hangs, crashes, answers garbage or starts late does to its caller.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +20,8 @@ from svc.plugins.client import (
 )
 from svc.plugins.discovery import BadSpec, Discovery, PluginNotFound
 from svc.plugins.manager import NotImplementing, PluginManager
+from tests.support.etcdd import free_port
 from tests.support.plugins.process import PluginProcess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 from pathlib import Path
 
@@ -22,13 +21,8 @@ from tests.plugins.volume_helpers import (
     volume_plugin,
 )
 from tests.support.daemon import Daemon
+from tests.support.etcdd import free_port
 from tests.support.plugins.process import PluginProcess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def events(host: str, since: float, *filters: str) -> list[dict[str, object]]:
