@@ -170,7 +170,11 @@ class MountRefs:
                 self._wake = trio.Event()
                 now = trio.current_time()
                 later = now + 3600.0
-                for v in list(self._volumes()):
+                volumes = list(self._volumes())
+                owed = {(v.name, cid) for v in volumes for cid in v.owed}
+                for gone in self._retry.keys() - owed:  # (settled, or its volume removed)
+                    del self._retry[gone]
+                for v in volumes:
                     for cid in list(v.owed):
                         key = (v.name, cid)
                         when = self._retry.get(key, (now, 0.0))[0]
