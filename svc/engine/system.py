@@ -136,8 +136,8 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 containers: tuple[int, int, int, int], images: int,
                 listeners: int, registry: Registries,
                 logging_driver: str = "json-file",
-                cluster: ClusterStatus | None = None, log_dropped: int = 0,
-                plugins: PluginsInfo | None = None) -> SystemInfo:
+                plugins: PluginsInfo, cluster: ClusterStatus | None = None,
+                log_dropped: int = 0) -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -150,7 +150,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                       ["Native Overlay Diff", "true"]],
         SystemStatus=[*(cluster_status(cluster) or []),
                       ["Log Messages Dropped", str(log_dropped)]],
-        Plugins=plugins or PluginsInfo(Volume=["local"], Network=["bridge", "host", "null"]),
+        Plugins=plugins,
         MemoryLimit=cg.memory_limit, SwapLimit=cg.swap_limit, KernelMemory=cg.kernel_memory,
         CpuCfsPeriod=cg.cpu_cfs_period, CpuCfsQuota=cg.cpu_cfs_quota, CPUShares=cg.cpu_shares,
         CPUSet=cg.cpuset, OomKillDisable=cg.oom_kill_disable,

@@ -165,7 +165,7 @@ def _is_socket(p: Path) -> bool:
 
 def _walk(d: Path) -> list[Path]:
     out: list[Path] = []
-    for top, dirs, files in os.walk(d, onerror=None):
+    for top, dirs, files in os.walk(d):
         dirs.sort()
         out += [Path(top) / f for f in sorted(files)]
     return out

@@ -151,12 +151,12 @@ class Pool:
         c = conn.h11
         eof = False
         try:
-            out = c.send(h11.Request(method="POST", target=path, headers=[
+            events: list[h11.Event] = [h11.Request(method="POST", target=path, headers=[
                 ("Host", self.target.host_header), *headers,
-                ("Content-Length", str(len(body)))]))
-            out = (out or b"") + (c.send(h11.Data(data=body)) or b"") if body else out
-            out = (out or b"") + (c.send(h11.EndOfMessage()) or b"")
-            await conn.stream.send_all(out)
+                ("Content-Length", str(len(body)))])]
+            events += [h11.Data(data=body)] if body else []
+            await conn.stream.send_all(b"".join(c.send(e) or b"" for e in
+                                                [*events, h11.EndOfMessage()]))
             status, chunks, size = 0, [], 0
             while True:
                 event = c.next_event()

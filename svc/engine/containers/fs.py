@@ -33,6 +33,7 @@ from svc.engine.containers.run import Runner
 from svc.engine.containers.state import State
 from svc.engine.images import config as imageconfig
 from svc.engine.images.service import Image, ImageService
+from svc.engine.volumes.base import LOCAL
 from svc.errors import Forbidden, InvalidParameter, NotFound, PathNotFound, SvcError, SystemError_
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.layerproduce import produce_layer
@@ -91,7 +92,7 @@ class ContainerFS:
         # a plugin's volume is there only while the container runs (mounted for it)
         binds = [[str(m.Source), str(m.Destination), not m.RW] for m in c.mounts
                  if m.Type in ("bind", "volume") and m.Source
-                 and (m.Type == "bind" or m.Driver in ("", "local") or c.live is not None)
+                 and (m.Type == "bind" or m.Driver in ("", LOCAL) or c.live is not None)
                  ] if volumes else []
         if c.state.status is State.REMOVING:
             raise NotFound(f"No such container: {c.id}")

@@ -200,12 +200,17 @@ class VolumeService:
         return v
 
     async def _adopt_locked(self, driver: str, item: Listed) -> Volume:
-        v = Volume(item.name, driver, item.mountpoint, status=item.status,
-                   created_ns=time.time_ns())
+        v = await self._keep(Volume(item.name, driver, item.mountpoint, status=item.status,
+                                    created_ns=time.time_ns()))
+        log.info("volume %s of plugin %s recorded", v.name, driver)
+        return v
+
+    async def _keep(self, v: Volume) -> Volume:
+        """``v`` recorded durably, then known (shielded: memory never runs ahead of the
+        disk, nor the disk of memory)."""
         with trio.CancelScope(shield=True):
             await self._save(v.name, v.record())
             self.volumes[v.name] = v
-        log.info("volume %s of plugin %s recorded", v.name, driver)
         return v
 
     async def _create_local(self, name: str, options: dict[str, str],
@@ -248,12 +253,9 @@ class VolumeService:
     async def _record(self, driver: str, name: str, point: str,
                       options: dict[str, str] | None, labels: dict[str, str] | None,
                       anonymous: bool, scope: str) -> Volume:
-        v = Volume(name, driver, point, dict(options or {}), dict(labels or {}),
-                   time.time_ns(), anonymous, scope=scope)
-        with trio.CancelScope(shield=True):
-            await self._save(name, v.record())
-            self.volumes[name] = v
-        return v
+        return await self._keep(Volume(name, driver, point, dict(options or {}),
+                                       dict(labels or {}), time.time_ns(), anonymous,
+                                       scope=scope))
 
     async def remove(self, name: str) -> None:
         """Delete a volume no container refers to (409 otherwise, with their ids); a
