@@ -8,7 +8,11 @@ cancels its DELETE if ``destroy`` arrives first, and prints ``error removing con
 ... context canceled`` (it did for 15 runs in 100 when ``destroy`` went out just before the
 204). A view defers such an event with ``after_response``; the ``AfterResponse`` wrapper runs
 it after hypercorn has written the final body message, which it does before the ``send``
-returns.
+returns, and, on a unix socket, once the client has read the answer from its socket (at most
+``READ_WAIT``; ``svc.api.peerread``). Written but unread is not enough: CI saw the CLI act on a
+``destroy`` read on its events connection before it read the 204 that had been written first.
+That wait is shielded: hypercorn ends the app (``http.disconnect``) as soon as the answer is
+written; a client that goes away ends it too (its closed socket has nothing unread).
 """
 
 from __future__ import annotations
@@ -17,11 +21,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import trio
 from quart import request
+
+from svc.api.peerread import until_read
+from svc.api.refusals import plain_socket
 
 log = logging.getLogger("svc.api")
 
 SCOPE_KEY = "svc.after_response"
+# How long callbacks wait for the client to read the answer (a client that stops reading).
+READ_WAIT = 1.0
 
 
 class AfterResponse:
@@ -39,11 +49,15 @@ class AfterResponse:
         scope = {**scope, SCOPE_KEY: pending}
 
         async def send_then_run(message: dict[str, Any]) -> None:
+            last = message.get("type") == "http.response.body" \
+                and not message.get("more_body", False)
             try:
                 await send(message)
+                if last and pending:  # shielded: the answer's end disconnects the app
+                    with trio.CancelScope(shield=True):
+                        await until_read(_socket(scope), READ_WAIT)
             finally:
-                if message.get("type") == "http.response.body" \
-                        and not message.get("more_body", False):
+                if last:
                     _run(pending)
 
         try:
@@ -59,6 +73,12 @@ def after_response(fn: Callable[[], None]) -> None:
         fn()
         return
     pending.append(fn)
+
+
+def _socket(scope: dict[str, Any]) -> Any:
+    """The request's plain trio socket (None under TLS or outside svc's protocol)."""
+    connection = scope.get("extensions", {}).get("svc.hijack", {}).get("connection")
+    return None if connection is None else plain_socket(connection.send)
 
 
 def _run(pending: list[Callable[[], None]]) -> None:

@@ -4,18 +4,17 @@ reads and writes (see ``svc.api.hijack``)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import socket
-import struct
-import termios
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import h11
 import trio
 from hypercorn.events import RawData
+
+from svc.api.peerread import until_read
 
 if TYPE_CHECKING:
     from svc.api.hijack import HijackH11Protocol
@@ -136,14 +135,7 @@ class RawStream(trio.abc.Stream):
         what was sent is still unread (``SIOCOUTQ``); TCP tells only what is unacknowledged,
         so nothing waits there. Cancellation: nothing is left behind.
         """
-        sock = self.plain_socket
-        if sock is None or sock.family != socket.AF_UNIX:
-            return
-        deadline = trio.current_time() + limit
-        pause = 0.0002
-        while _unread(sock.fileno()) > 0 and trio.current_time() < deadline:
-            await trio.sleep(pause)
-            pause = min(pause * 2, 0.005)
+        await until_read(self.plain_socket, limit)
 
     def dup_fd(self, *, blocking: bool = True) -> int | None:
         """A duplicate of the connection's fd for a worker thread to write to directly (None
@@ -256,10 +248,3 @@ class RawStream(trio.abc.Stream):
         await trio.lowlevel.checkpoint()
 
 
-def _unread(fd: int) -> int:
-    """Bytes sent on unix socket ``fd`` that the peer has not read yet (``SIOCOUTQ``)."""
-    try:
-        out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
-    except OSError:
-        return 0
-    return int(struct.unpack("i", out)[0])

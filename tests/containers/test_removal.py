@@ -14,6 +14,7 @@ from tests.api.test_events import Stream
 from tests.conftest import docker_cli, http_client
 from tests.containers.conftest import create, inspect
 from tests.support.daemon import Daemon
+from tests.support.http import connect, read_head
 
 
 async def _until_destroy(stream: Stream, cid: str) -> list[dict[str, Any]]:
@@ -71,6 +72,32 @@ async def test_destroy_comes_when_the_removal_is_done(cdaemon: Daemon, api: http
     # the anonymous volume goes before the container is announced gone, as in dockerd
     assert order.index(("volume", "destroy")) < order.index(("container", "destroy"))
     assert order[-1] == ("container", "destroy")
+
+
+async def test_destroy_waits_until_the_client_has_read_the_answer(cdaemon: Daemon,
+                                                                api: httpx.AsyncClient) -> None:
+    """On a unix socket, ``destroy`` goes out once the DELETE's client has read its 204 from
+    the socket, not merely once it was written: the CLI's events connection could otherwise
+    deliver ``destroy`` first (at most ``READ_WAIT`` for a client that never reads)."""
+    cid = (await create(api, ["true"]))["Id"]
+    stream = await Stream.open(cdaemon, f'?filters={{"container":["{cid}"]}}')
+    s = await connect(cdaemon.sock)
+    try:
+        await s.send_all(f"DELETE /v1.23/containers/{cid} HTTP/1.1\r\nHost: svc\r\n\r\n"
+                         .encode())
+        with trio.fail_after(10):  # removed (the 204 sits unread in the socket)
+            while (await api.get(f"/containers/{cid}/json")).status_code != 404:
+                await trio.sleep(0.01)
+        with trio.move_on_after(0.3):
+            early = await stream.events(1, timeout=1)
+            raise AssertionError(f"destroy before the answer was read: {early}")
+        answer = await read_head(s, bytearray())
+        assert answer.startswith(b"HTTP/1.1 204"), answer
+        (ev,) = await stream.events(1, timeout=5)
+        assert (ev["Action"], ev["Actor"]["ID"]) == ("destroy", cid)
+    finally:
+        await s.aclose()
+        await stream.aclose()
 
 
 def test_cli_run_rm_removes_without_errors(cdaemon: Daemon, host: str) -> None:
