@@ -46,13 +46,14 @@ class RemoteDriver:
     def name(self) -> str:
         return self.plugin.name
 
-    async def call(self, method: str, body: Any, *, optional: bool = False
-                   ) -> dict[str, Any]:
+    async def call(self, method: str, body: Any, *, optional: bool = False,
+                   wait: bool = True) -> dict[str, Any]:
         """``NetworkDriver.<method>``'s answer; a refusal raises. ``optional``: a 404 (a
-        plugin without the method, as libnetwork allowed for Program/Revoke) is ``{}``."""
+        plugin without the method, as libnetwork allowed for Program/Revoke) is ``{}``.
+        Without ``wait``, a plugin that is restarting fails at once."""
         full = f"{remote_api.KIND}.{method}"
         try:
-            doc = await self.plugin.call(full, body)
+            doc = await self.plugin.call(full, body, retry=wait)
         except PluginNotFound:  # it died, and its socket or spec file has gone since
             raise DriverNotFound(f"plugin not found: network driver {self.name}") from None
         except PluginCallError as exc:
@@ -72,9 +73,9 @@ class RemoteIpam:
     def name(self) -> str:
         return self.plugin.name
 
-    async def call(self, method: str, body: Any) -> dict[str, Any]:
+    async def call(self, method: str, body: Any, *, wait: bool = True) -> dict[str, Any]:
         try:
-            doc = await self.plugin.call(f"{ipam_api.KIND}.{method}", body)
+            doc = await self.plugin.call(f"{ipam_api.KIND}.{method}", body, retry=wait)
         except PluginNotFound:
             raise DriverNotFound(f"plugin not found: IPAM driver {self.name}") from None
         return ipam_api.check_error(method, doc)
@@ -92,21 +93,22 @@ class NetworkPlugins:
         self._send, self._receive = trio.open_memory_channel[
             Callable[[], Awaitable[None]]](math.inf)
 
-    async def _plugin(self, name: str, kind: str, what: str) -> Plugin:
+    async def _plugin(self, name: str, kind: str, what: str, wait: bool) -> Plugin:
         try:
-            return await self.plugins.get(name, kind)
+            return await self.plugins.get(name, kind, retry=wait)
         except PluginNotFound:
             raise DriverNotFound(f"plugin not found: {what} {name}") from None
 
-    async def driver(self, name: str) -> RemoteDriver:
-        """The NetworkDriver plugin ``name``, its scope known.
+    async def driver(self, name: str, *, wait: bool = True) -> RemoteDriver:
+        """The NetworkDriver plugin ``name``, its scope known (without ``wait``, a plugin
+        that does not answer fails at once instead of being waited for while it starts).
 
         Raises:
             DriverNotFound: nothing has that name (a 404: "plugin not found").
             SvcError: it cannot be activated, is no network driver, or its capabilities
                 are refused or make no sense.
         """
-        plugin = await self._plugin(name, remote_api.KIND, "network driver")
+        plugin = await self._plugin(name, remote_api.KIND, "network driver", wait)
         async with self._probing.setdefault(f"net:{name}", trio.Lock()):
             known = self._drivers.get(name)
             if known is not None and known.plugin is plugin:
@@ -119,7 +121,7 @@ class NetworkPlugins:
                 self._notify(driver, "DiscoverNew", address, self_)
         return driver
 
-    async def ipam(self, name: str) -> RemoteIpam:
+    async def ipam(self, name: str, *, wait: bool = True) -> RemoteIpam:
         """The IpamDriver plugin ``name``, its capabilities and address spaces known.
 
         Raises:
@@ -127,7 +129,7 @@ class NetworkPlugins:
             SvcError: it cannot be activated, is no IPAM driver, or does not say its
                 address spaces.
         """
-        plugin = await self._plugin(name, ipam_api.KIND, "IPAM driver")
+        plugin = await self._plugin(name, ipam_api.KIND, "IPAM driver", wait)
         async with self._probing.setdefault(f"ipam:{name}", trio.Lock()):
             known = self._ipams.get(name)
             if known is not None and known.plugin is plugin:

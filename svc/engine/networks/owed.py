@@ -95,18 +95,19 @@ class Owed:
         outcome is unknown (the rest stays owed)."""
         try:
             if held.external or held.joined or held.created:
-                driver = await self.drivers.driver(net.driver)
+                driver = await self.drivers.driver(net.driver, wait=False)
                 body = remote_api.endpoint_only(net.id, eid)
                 for flag, method in STEPS:
                     if getattr(held, flag):
                         await self._step(net, method, held, driver.call(
-                            method, body, optional=method == "RevokeExternalConnectivity"))
+                            method, body, optional=method == "RevokeExternalConnectivity",
+                            wait=False))
                         setattr(held, flag, False)
             if held.addresses:
-                ipam = await self.drivers.ipam(net.ipam_driver)
+                ipam = await self.drivers.ipam(net.ipam_driver, wait=False)
                 for pool_id, address in list(held.addresses):
                     await self._step(net, "ReleaseAddress", held,
-                                     release_address(ipam, pool_id, address))
+                                     release_address(ipam, pool_id, address, wait=False))
                     held.addresses.remove((pool_id, address))
         except SvcError as exc:
             log.warning("network %s: %s of the endpoint of container %s stays owed: %s",

@@ -108,8 +108,9 @@ async def request_address(ipam: RemoteIpam, info: PoolInfo, address: str,
     return ipam_api.parse_address(doc, info.pool)
 
 
-async def release_address(ipam: RemoteIpam, pool_id: str, address: str) -> None:
-    await ipam.call("ReleaseAddress", ipam_api.release_address(pool_id, address))
+async def release_address(ipam: RemoteIpam, pool_id: str, address: str, *,
+                          wait: bool = True) -> None:
+    await ipam.call("ReleaseAddress", ipam_api.release_address(pool_id, address), wait=wait)
 
 
 def endpoint_options(ipam: RemoteIpam, mac: str) -> dict[str, str] | None:
