@@ -191,6 +191,14 @@ def test_a_hanging_plugin_holds_up_only_its_callers(spawn, plugins) -> None:  # 
     # the create's outcome unknown too: the plugin was told to delete that network again
     wait_for(lambda: len(net_state(hang)["networks"]) == 1, message="DeleteNetwork")
     assert cli(d.url, "ps", "-aq") == ""
+    # a removal the plugin does not answer keeps the network, to be tried again
+    hang.faults(NetworkDriver_DeleteNetwork="hang")
+    err = cli(d.url, "network", "rm", "ph", ok=False)
+    assert "NetworkDriver.DeleteNetwork: plugin phang did not answer within 2s" in err
+    assert "ph" in cli(d.url, "network", "ls", "--format", "{{.Name}}").split()
+    hang.faults()
+    cli(d.url, "network", "rm", "ph")
+    assert allocated(ipam) == {}
 
 
 def test_sigkill_with_containers_on_a_plugin_network(spawn, plugins) -> None:  # type: ignore[no-untyped-def]

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import run_sdk
 from tests.plugins.network_helpers import (
     allocated,
+    api,
     bodies,
     cli,
     inspect,
@@ -67,6 +68,7 @@ def test_cli_plugin_network_with_an_ipam_plugin(nhost: str, ndaemon: Daemon,
         "IPv4Data": [{"AddressSpace": "TestLocal", "Pool": sub, "Gateway": f"{gw}/24"}],
         "IPv6Data": []}]
     assert record(ndaemon, "pnw")["Pool4"]["PoolID"] == f"TestLocal/{sub}"
+    assert "pnet" in json.loads(cli(nhost, "info", "--format", "{{json .Plugins.Network}}"))
 
     server = cli(nhost, "run", "-d", "--name", "pserver", "--net", "pnw", "-p", "8080:80",
                  "busybox", "sh", "-c", "sleep 60 | nc -l -p 7000").strip()
@@ -245,3 +247,40 @@ c.remove_network(n["Id"])
     assert json.loads(lines[-1])["dpynet"]["IPAddress"] == ""
     assert allocated(ipam) == {} and net_state(drv)["networks"] == {}
     assert links(drv) == []
+
+
+def test_an_ipam_plugin_that_asks_for_macs(nhost: str, ndaemon: Daemon,
+                                           plugins: list[PluginProcess]) -> None:
+    drv = net_plugin(plugins, ndaemon, "pnmac")
+    sub, sub2 = subnet(), subnet()
+    ipam = ipam_plugin(plugins, ndaemon, "pimac", sub, sub2, **{"requires-mac": "1"})
+    cli(nhost, "network", "create", "-d", "pnmac", "--ipam-driver", "pimac", "--subnet", sub,
+        "pmac")
+    cli(nhost, "network", "create", "--ipam-driver", "pimac", "--subnet", sub2, "pmacbr")
+    with api(ndaemon) as c:  # (the CLI of today sends a MAC per network, from API 1.44)
+        for net in ("pmac", "pmacbr"):
+            r = c.post("/containers/create", json={
+                "Image": "busybox", "Cmd": ["cat", "/sys/class/net/eth0/address"],
+                "MacAddress": "02:42:aa:bb:cc:dd", "HostConfig": {"NetworkMode": net}})
+            assert r.status_code == 201, r.text
+            cid = r.json()["Id"]
+            assert c.post(f"/containers/{cid}/start").status_code == 204
+            assert c.post(f"/containers/{cid}/wait").json()["StatusCode"] == 0
+            assert cli(nhost, "logs", cid) == "02:42:aa:bb:cc:dd\n"
+            cli(nhost, "rm", cid)
+    # the IPAM plugin got the MAC with each address; the driver got it in the interface and,
+    # as the container's own, in the options (a Go net.HardwareAddr: base64)
+    macs = [b["Options"] for b in bodies(ipam, "RequestAddress") if b["Options"] and
+            "RequestAddressType" not in b["Options"]]
+    assert macs == [{"com.docker.network.endpoint.macaddress": "02:42:aa:bb:cc:dd"}] * 2
+    [create] = bodies(drv, "CreateEndpoint")
+    assert create["Interface"]["MacAddress"] == "02:42:aa:bb:cc:dd"
+    assert create["Options"]["com.docker.network.endpoint.macaddress"] == "AkKqu8zd"
+    # without a MAC of its own, the container gets one made up for the IPAM plugin
+    out = cli(nhost, "run", "--rm", "--net", "pmac", "busybox", "cat",
+              "/sys/class/net/eth0/address").strip()
+    assert out.startswith("02:42:") and out != "02:42:aa:bb:cc:dd"
+    assert bodies(ipam, "RequestAddress")[-1]["Options"] == {
+        "com.docker.network.endpoint.macaddress": out}
+    assert "com.docker.network.endpoint.macaddress" not in \
+        bodies(drv, "CreateEndpoint")[-1]["Options"]

@@ -72,20 +72,21 @@ class PluggedEndpoints:
         return address, address6
 
     async def bridge_addresses(self, net: Network, cid: str, eid: str, static: str,
-                               static6: str) -> tuple[Held, str, str]:
-        """A bridge endpoint's addresses from an IPAM plugin, recorded before they are
-        used; undone if that fails."""
+                               static6: str, mac: str) -> tuple[Held, str, str, str]:
+        """A bridge endpoint's addresses (and MAC, "" if the bridge's own will do) from an
+        IPAM plugin, recorded before they are used; undone if that fails."""
         await self._settled(net, cid)
         ipam = await self.drivers.ipam(net.ipam_driver)
         held = Held(cid)
+        mac = mac or (random_mac() if ipam.requires_mac else "")
         try:
-            address, address6 = await self.addresses(net, ipam, held, static, static6, "")
+            address, address6 = await self.addresses(net, ipam, held, static, static6, mac)
             net.held[eid] = held
             await self.save(net)
         except BaseException:
             await self._drop(net, eid, held)
             raise
-        return held, address, address6
+        return held, address, address6, mac
 
     async def _settled(self, net: Network, cid: str) -> None:
         if net.removing:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 import trio
 import trio.lowlevel
@@ -57,12 +57,21 @@ class Owed:
         self._busy: dict[str, trio.Event] = {}  # endpoint id -> set when its undoing ends
         self._retry: dict[str, tuple[float, float]] = {}  # -> (when, pause)
         self._wake = trio.Event()
+        self._starting: set[str] = set()
 
-    @staticmethod
-    def owed(net: Network) -> list[str]:
-        """The endpoint ids of ``net`` whose entries are owed (not live)."""
-        live = {i.endpoint_id for i in net.endpoints.values()}
+    def owed(self, net: Network) -> list[str]:
+        """The endpoint ids of ``net`` whose entries are owed (not live, nor being set up)."""
+        live = {i.endpoint_id for i in net.endpoints.values()} | self._starting
         return [eid for eid in net.held if eid not in live]
+
+    @contextlib.contextmanager
+    def setting_up(self, eid: str) -> Iterator[None]:
+        """``eid`` is not owed while its endpoint is being made (recorded, not yet live)."""
+        self._starting.add(eid)
+        try:
+            yield
+        finally:
+            self._starting.discard(eid)
 
     def wake(self) -> None:
         self._wake.set()

@@ -25,7 +25,7 @@ from svc.engine.networks import hostbridges
 from svc.engine.networks.bridgenets import BridgeNetworks
 from svc.engine.networks.dns import EmbeddedDNS, lookup
 from svc.engine.networks.endpoints import EndpointPlan
-from svc.engine.networks.held import Plugged
+from svc.engine.networks.held import Held, Plugged
 from svc.engine.networks.ipam import (
     CreateSpec,
     EndpointInfo,
@@ -263,7 +263,6 @@ class NetworkService:
                 cid, name, net, ifname, static, static6, aliases=list(aliases or []),
                 links=list(links or []), mac=mac, ports=ports)
         eid = secrets.token_hex(32)
-        held = None
         if net.scope == "global" and self.overlay is not None:
             claimed = await self.overlay.claim(net, eid, static)
             if cid in net.endpoints:  # reserved meanwhile: this claim is not needed
@@ -271,13 +270,22 @@ class NetworkService:
                 return net.endpoints[cid]
             address = claimed
         elif net.ipam_driver:
-            held, cidr, cidr6 = await self.plugged.endpoints.bridge_addresses(
-                net, cid, eid, static, static6)
-            address, static6 = cidr.split("/")[0], cidr6.split("/")[0]
+            with self.plugged.owed.setting_up(eid):
+                held, cidr, cidr6, mac = await self.plugged.endpoints.bridge_addresses(
+                    net, cid, eid, static, static6, mac)
+                address, static6 = cidr.split("/")[0], cidr6.split("/")[0]
+                return self._bridge_endpoint(cid, name, net, ifname, eid, address, static6,
+                                             aliases, links, mac, held)
         else:
             address = pick_address(net, static)
-        address6 = static6 if held is not None else \
-            pick_address6(net, static6) if net.subnet6 else ""
+        address6 = pick_address6(net, static6) if net.subnet6 else ""
+        return self._bridge_endpoint(cid, name, net, ifname, eid, address, address6, aliases,
+                                     links, mac, None)
+
+    def _bridge_endpoint(self, cid: str, name: str, net: Network, ifname: str, eid: str,
+                         address: str, address6: str, aliases: list[str] | None,
+                         links: list[str] | None, mac: str, held: Held | None
+                         ) -> EndpointInfo:
         ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
                          prefixlen=net.prefixlen, gateway=net.gateway,
                          mac=mac or br.mac_for(address), ifname=ifname, address6=address6,
