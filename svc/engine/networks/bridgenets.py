@@ -168,6 +168,7 @@ class BridgeNetworks:
             with trio.CancelScope(shield=True):
                 await svc.delete(net.id)
                 del svc.networks[net.id]
+                svc.plugged.forget(net)
                 await trio.to_thread.run_sync(svc.drop_bridge, net)
         if net.ipam_driver:
             with trio.CancelScope(shield=True):

@@ -109,7 +109,12 @@ class PluggedEndpoints:
                       ports: dict[str, Any] | None) -> EndpointInfo:
         """Addresses and ``CreateEndpoint`` for container ``cid`` on the plugin network
         ``net``; ``mac`` is the container's own MAC (its first network), ``ports`` its
-        ports as libnetwork's options carry them. Undone if a step fails."""
+        ports as libnetwork's options carry them. Undone if a step fails.
+
+        Cancellation: a checkpoint; what was done is undone (shielded) before the
+        cancellation goes on, except an address the IPAM plugin handed out in the instant
+        before its answer was read.
+        """
         await self._settled(net, cid)
         driver = await self.drivers.driver(net.driver)
         ipam = await self.drivers.ipam(net.ipam_driver) if net.ipam_driver else None
@@ -169,7 +174,10 @@ class PluggedEndpoints:
     async def attach(self, cid: str, pid: int, net: Network) -> None:
         """``Join``, then the interface handed over to the container ``pid`` and, if this
         endpoint gives the container its way out, ``ProgramExternalConnectivity``. On
-        failure the endpoint is undone whole (the caller's teardown need not know it)."""
+        failure the endpoint is undone whole (the caller's teardown need not know it).
+
+        Cancellation: a checkpoint; the endpoint is undone as on a failure (shielded).
+        """
         info = net.endpoints[cid]
         p = info.plugged
         assert p is not None
@@ -257,7 +265,11 @@ class PluggedEndpoints:
     async def release(self, net: Network, info: EndpointInfo, pid: int | None) -> None:
         """The endpoint (already out of ``net.endpoints``) undone: its interface handed
         back if its container still runs (``pid``), then Revoke, Leave, DeleteEndpoint,
-        ReleaseAddress; what cannot be done now stays owed."""
+        ReleaseAddress; what cannot be done now stays owed.
+
+        Cancellation: shielded (each call bounded by the plugin timeout, and the first one
+        without an answer leaves the rest to the background).
+        """
         p = info.plugged
         assert p is not None
         with trio.CancelScope(shield=True):

@@ -77,8 +77,11 @@ class Owed:
         self._wake.set()
 
     async def undo(self, net: Network, eid: str) -> bool:
-        """Undo the entry ``eid`` of ``net`` (shielded); whether all of it is done. The
-        record is saved with what is left (the entry gone once nothing is)."""
+        """Undo the entry ``eid`` of ``net``; whether all of it is done. The record is
+        saved with what is left (the entry gone once nothing is).
+
+        Cancellation: shielded; each call is bounded by the plugin timeout.
+        """
         held = net.held.get(eid)
         if held is None:
             return True

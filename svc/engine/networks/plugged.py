@@ -65,6 +65,10 @@ class PluginNetworks:
             if self.service.networks.get(net.id) is net:
                 await self.service.save(net.id, net.record())
 
+    def forget(self, net: Network) -> None:
+        """``net`` is gone: its record's lock too."""
+        self._saving.pop(net.id, None)
+
     async def settle(self, net: Network) -> None:
         """What gone endpoints of ``net`` still owe, undone now; 409 if a plugin does not
         answer for some."""
@@ -82,6 +86,12 @@ class PluginNetworks:
     # -- create ------------------------------------------------------------------------------
 
     async def create(self, spec: CreateSpec) -> tuple[Network, str]:
+        """A network of the driver plugin ``spec.driver`` and a warning (a second network
+        of a name in use, without ``check_duplicate``).
+
+        Cancellation: a checkpoint; the pools are given back and a ``CreateNetwork`` whose
+        answer was not read is followed by ``DeleteNetwork`` (shielded).
+        """
         svc = self.service
         warning = svc.check_duplicate(spec.name, spec.check_duplicate)
         if spec.check_duplicate and spec.name in self._creating:
@@ -183,7 +193,11 @@ class PluginNetworks:
     # -- remove ------------------------------------------------------------------------------
 
     async def remove(self, net: Network) -> None:
-        """Delete the plugin network ``net`` (409 while containers use it)."""
+        """Delete the plugin network ``net`` (409 while containers use it).
+
+        Cancellation: before ``DeleteNetwork`` is answered, the network stays (to be
+        removed again); after, the rest is shielded.
+        """
         svc = self.service
         if net.removing:
             raise Conflict(f"network {net.name} is being removed")
@@ -206,6 +220,7 @@ class PluginNetworks:
                 raise NotFound(f"network {net.id} not found")
             await svc.delete(net.id)
             del svc.networks[net.id]
+            self.forget(net)
             await self.release_pools(net)
         svc.events.publish("network", "destroy", net.id, {"name": net.name, "type": net.driver})
 
