@@ -117,7 +117,7 @@ class Engine:
             save=lambda name, rec: self.save_record("volumes", name, rec),
             delete=self._delete_volume)
         self.networks = NetworkService(self.events, config.bridge, config.bip,
-                                       list(config.dns))
+                                       list(config.dns), self.plugins)
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
         self.launches = Launches()  # shared by the runner and the orphan reaper
@@ -135,6 +135,10 @@ class Engine:
         self.cluster = ClusterSession(config.cluster, lookup=interface_address,
                                       daemon_id=lambda: self.engine_id)
         self.overlay = self.networks.overlay = Overlay(self.networks, self.cluster)
+        # network plugins of global scope are told of the cluster's nodes (DiscoverNew)
+        self.networks.plugged.drivers.nodes = self._nodes
+        if self.cluster.nodes is not None:
+            self.cluster.nodes.listeners.append(self.networks.plugged.drivers.node_changed)
         self._nursery: trio.Nursery | None = None
 
     def open(self) -> None:
@@ -194,8 +198,10 @@ class Engine:
             await nursery.start(self.cluster.run)
             await nursery.start(self.overlay.run)
             # before the containers: the plugin mounts of containers a crash left running
-            # are owed their Unmount, sent in the background as restore tears them down
+            # are owed their Unmount, sent in the background as restore tears them down;
+            # their plugin endpoints are owed Leave, DeleteEndpoint and ReleaseAddress
             await nursery.start(keep_running, "volume unmounts", self.volumes.run)
+            await nursery.start(keep_running, "network plugins", self.networks.plugged.run)
             await self.containers.restore(nursery)
             task_status.started()
 
@@ -206,6 +212,11 @@ class Engine:
             await self.containers.stop_all(self.config.shutdown_timeout)
             await self.networks.shutdown()
             await self.cluster.leave()
+
+    def _nodes(self) -> list[tuple[str, bool]]:
+        """The cluster's nodes as network plugins are told of them: (address, this one)."""
+        return [(n.rpartition(":")[0] or n, n == self.cluster.advertise)
+                for n in self.cluster.status().nodes]
 
     def _probe_knobs(self) -> Knobs | None:
         """Which cgroup knobs this kernel offers (None when cgroups cannot be probed)."""

@@ -11,9 +11,9 @@ from svc.api.params import json_body, qfilters
 from svc.api.shaping import json_response
 from svc.api.wiring import Wired
 from svc.engine.backend import NetworksBackend
-from svc.engine.networks.ipam import Network
+from svc.engine.networks.ipam import CreateSpec, Network
 from svc.engine.networks.service import NetworkService
-from svc.errors import InvalidParameter, NotFound
+from svc.errors import InvalidParameter
 from svc.models.networks import (
     ConnectBody,
     DisconnectBody,
@@ -68,8 +68,9 @@ def shape(n: Network) -> dict[str, Any]:
         IPv6Address=f"{info.endpoint.address6}/{info.endpoint.prefixlen6}"
         if info.endpoint.address6 else "")
         for cid, info in n.endpoints.items() if info.attached}
-    body = NetworkBody(Name=n.name, Id=n.id, Scope=n.scope, Driver=n.driver,
-                       IPAM=IPAMBody(ipam_config=[], Options=n.ipam_options or None),
+    body = NetworkBody(Name=n.name, Id=n.id, Scope=n.plugin_scope or n.scope, Driver=n.driver,
+                       IPAM=IPAMBody(Driver=n.ipam_driver or "default", ipam_config=[],
+                                     Options=n.ipam_options or None),
                        Internal=n.internal, EnableIPv6=bool(n.subnet6), Containers=containers,
                        Options=options, Labels=n.labels or None).model_dump()
     body["IPAM"]["Config"] = config
@@ -113,17 +114,16 @@ async def create() -> Response:
         raise InvalidParameter("IPAM Config: one IPv4 and one IPv6 subnet per network")
     if v6 and v6[0].AuxiliaryAddresses:
         raise InvalidParameter("AuxiliaryAddresses are taken on the IPv4 pool only")
-    if body.IPAM and body.IPAM.Driver not in ("", "default"):
-        raise NotFound(f"plugin not found: IPAM driver {body.IPAM.Driver!r}")
     e = v4[0] if v4 else IPAMConfigEntry()
     e6 = v6[0] if v6 else IPAMConfigEntry()
-    net, warning = await networks().create(
-        body.Name, driver=body.Driver, subnet=e.Subnet or "", ip_range=e.IPRange or "",
-        gateway=e.Gateway or "", internal=body.Internal, options=body.Options,
-        labels=body.Labels, subnet6=e6.Subnet or "", gateway6=e6.Gateway or "",
+    net, warning = await networks().create(CreateSpec(
+        body.Name, driver=body.Driver, ipam_driver=body.IPAM.Driver if body.IPAM else "",
+        subnet=e.Subnet or "", ip_range=e.IPRange or "", gateway=e.Gateway or "",
+        internal=body.Internal, options=body.Options, labels=body.Labels,
+        subnet6=e6.Subnet or "", gateway6=e6.Gateway or "",
         ipam_options=body.IPAM.Options if body.IPAM else None,
         aux=e.AuxiliaryAddresses, enable_ipv6=body.EnableIPv6,
-        check_duplicate=body.CheckDuplicate)
+        check_duplicate=body.CheckDuplicate))
     return json_response(NetworkCreateResponse(Id=net.id, Warning=warning), status=201)
 
 

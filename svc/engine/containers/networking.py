@@ -11,6 +11,7 @@ import trio
 from svc.engine.containers.container import Container
 from svc.engine.containers.links import parse_link
 from svc.engine.containers.state import State
+from svc.engine.networks import ports
 from svc.engine.networks.endpoints import EndpointPlan
 from svc.engine.networks.service import NetworkService
 from svc.errors import Conflict, InvalidParameter, NotFound, SvcError
@@ -67,7 +68,8 @@ class ContainerNetworking:
                 if c.live is not None and c.state.status in (State.RUNNING, State.PAUSED):
                     await nets.reserve(c.id, c.name, net, nets.next_ifname(c.id),
                                        config.ipv4, list(config.aliases), config.ipv6,
-                                       links=list(config.links))
+                                       links=list(config.links),
+                                       ports=ports.plugin_options(c.host_config, c.config))
                     await nets.attach(c.id, c.live.pid, net, default_route=False,
                                       announce=False)
                     attached = True
@@ -87,7 +89,8 @@ class ContainerNetworking:
             if not any(n.id == net.id for n, _ in planned):
                 raise InvalidParameter(f"container {c.short_id} is not connected to network "
                                        f"{net.name}")
-            left = await nets.release(c.id, only=net, announce=False)
+            left = await nets.release(c.id, only=net, announce=False,
+                                      pid=c.live.pid if c.live is not None else None)
             if planned[0][0].id == net.id:
                 c.net_config[net.id] = EndpointPlan(disconnected=True)
             else:

@@ -223,9 +223,10 @@ class Runner:
             await self._mount_volumes(c)
             nets = self.networks
             plan = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
+            port_options = ports.plugin_options(c.host_config, c.config)
             for i, (net, cfg) in enumerate(plan):
                 await nets.reserve(c.id, c.name, net, f"eth{i}", cfg.ipv4, list(cfg.aliases),
-                                   cfg.ipv6, links=list(cfg.links),
+                                   cfg.ipv6, links=list(cfg.links), ports=port_options,
                                    mac=parse_mac(c.config.MacAddress)
                                    if i == 0 and c.config.MacAddress else "")
             address = nets.of_container(c.id)[0][1].endpoint.address if plan else None
@@ -251,7 +252,7 @@ class Runner:
                 await nets.dns.start(c.id, created.pid, self._nursery,
                                      list(c.host_config.Dns or []))
             published = ports.bindings(c.host_config, c.config)
-            if plan and published:
+            if plan and published and not plan[0][0].plugged:  # (else the plugin's)
                 assert self._nursery is not None
                 await nets.publish(c.id, published, self._nursery, plan[0][0])
         except BaseException:

@@ -12,11 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from svc.engine.networks.held import Held, Plugged, PoolInfo
 from svc.errors import Conflict, InvalidParameter
 from svc.network import bridge as br
 
 # dockerd's default address pools: 172.17-31.0.0/16 (172.17 is the default bridge's) and
 # 192.168.0.0/16 in /20s
+BUILTIN_DRIVERS = ("bridge", "host", "null", "overlay")
 AUTO_POOL = [ipaddress.IPv4Network(f"172.{n}.0.0/16") for n in range(18, 32)] + \
     list(ipaddress.IPv4Network("192.168.0.0/16").subnets(new_prefix=20))
 
@@ -34,6 +36,8 @@ class EndpointInfo:
     links: list[str] = field(default_factory=list)
     host: str = ""  # on a global network: the address of the host it lives on, if not this
     hidden: bool = False  # a container's way out of an overlay (docker_gwbridge): not shown
+    default_route: bool = False  # it gives the container its default route
+    plugged: Plugged | None = None  # on a network whose driver or IPAM is a plugin
 
 
 @dataclass
@@ -61,14 +65,40 @@ class Network:
     endpoints: dict[str, EndpointInfo] = field(default_factory=dict)  # by container id
     scope: str = "local"  # global: an overlay network in the cluster store
     vni: int = 0  # its VXLAN id
+    # plugins: the IPAM's name ("" for the built-in one), its address space and pools; the
+    # driver plugin's scope; what the plugins may hold per endpoint (by endpoint id)
+    ipam_driver: str = ""
+    address_space: str = ""
+    pool4: PoolInfo | None = None
+    pool6: PoolInfo | None = None
+    plugin_scope: str = ""
+    held: dict[str, Held] = field(default_factory=dict)
+    removing: bool = False  # a removal is under way (its plugin calls)
+
+    @property
+    def plugged(self) -> bool:
+        """Whether the network's driver is a plugin."""
+        return self.driver not in BUILTIN_DRIVERS
+
+    @property
+    def with_plugins(self) -> bool:
+        """Whether its driver or its IPAM is a plugin (its endpoints are recorded)."""
+        return self.plugged or bool(self.ipam_driver)
 
     def record(self) -> dict[str, Any]:
-        return {"Name": self.name, "Id": self.id, "Driver": self.driver,
-                "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
-                "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
-                "Subnet6": self.subnet6, "Gateway6": self.gateway6,
-                "IPAMOptions": self.ipam_options, "Aux": self.aux, "Declared6": self.declared6,
-                "Configured": self.configured, "Options": self.options, "Labels": self.labels}
+        out = {"Name": self.name, "Id": self.id, "Driver": self.driver,
+               "Subnet": self.subnet, "Gateway": self.gateway, "IPRange": self.ip_range,
+               "Bridge": self.bridge, "Internal": self.internal, "Builtin": self.builtin,
+               "Subnet6": self.subnet6, "Gateway6": self.gateway6,
+               "IPAMOptions": self.ipam_options, "Aux": self.aux, "Declared6": self.declared6,
+               "Configured": self.configured, "Options": self.options, "Labels": self.labels}
+        if self.with_plugins:
+            out.update({"IPAMDriver": self.ipam_driver, "AddressSpace": self.address_space,
+                        "Pool4": self.pool4.record() if self.pool4 else None,
+                        "Pool6": self.pool6.record() if self.pool6 else None,
+                        "PluginScope": self.plugin_scope,
+                        "Endpoints": {eid: h.record() for eid, h in self.held.items()}})
+        return out
 
     @classmethod
     def from_record(cls, oid: str, r: dict[str, Any]) -> Network:
@@ -82,7 +112,13 @@ class Network:
             gateway6=str(r.get("Gateway6") or ""),
             ipam_options=dict(r.get("IPAMOptions") or {}),
             aux=dict(r.get("Aux") or {}), declared6=dict(r.get("Declared6") or {}),
-            configured=dict(r.get("Configured") or {}))
+            configured=dict(r.get("Configured") or {}),
+            ipam_driver=str(r.get("IPAMDriver") or ""),
+            address_space=str(r.get("AddressSpace") or ""),
+            pool4=PoolInfo.from_record(r.get("Pool4")),
+            pool6=PoolInfo.from_record(r.get("Pool6")),
+            plugin_scope=str(r.get("PluginScope") or ""),
+            held={str(k): Held.from_record(v) for k, v in (r.get("Endpoints") or {}).items()})
 
     @property
     def prefixlen(self) -> int:
@@ -91,6 +127,38 @@ class Network:
     @property
     def prefixlen6(self) -> int:
         return ipaddress.IPv6Network(self.subnet6).prefixlen if self.subnet6 else 0
+
+
+@dataclass(frozen=True)
+class CreateSpec:
+    """A network create as the API gave it (``driver`` and ``ipam_driver``: "" for the
+    built-in ones)."""
+
+    name: str
+    driver: str = ""
+    ipam_driver: str = ""
+    subnet: str = ""
+    ip_range: str = ""
+    gateway: str = ""
+    subnet6: str = ""
+    gateway6: str = ""
+    aux: dict[str, str] | None = None
+    internal: bool = False
+    enable_ipv6: bool = False
+    options: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+    ipam_options: dict[str, str] | None = None
+    check_duplicate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ipam_driver == "default":
+            object.__setattr__(self, "ipam_driver", "")
+
+    @property
+    def configured(self) -> dict[str, str]:
+        """The IPv4 pool as asked for (shown by inspect as asked)."""
+        return {k: v for k, v in (("Subnet", self.subnet), ("IPRange", self.ip_range),
+                                  ("Gateway", self.gateway)) if v and self.subnet}
 
 
 def check_bip(bip: str) -> tuple[str, int, str]:
@@ -110,7 +178,8 @@ def check_bip(bip: str) -> tuple[str, int, str]:
 def pick_address6(net: Network, static: str) -> str:
     """The container's IPv6 address on ``net``: ``static``, checked, or the lowest free."""
     subnet = ipaddress.IPv6Network(net.subnet6)
-    taken = {e.endpoint.address6 for e in net.endpoints.values()} | {net.gateway6}
+    taken = {e.endpoint.address6 for e in net.endpoints.values()} | {net.gateway6} | \
+        {a for h in net.held.values() for a in h.reserved}
     if static:
         try:
             ip = ipaddress.IPv6Address(static)
@@ -172,6 +241,22 @@ def plan_ipam6(subnet: str, gateway: str,
             raise Conflict(f"Pool overlaps with other one on this address space: {net} "
                            f"overlaps {other}")
     return str(net), str(gw)
+
+
+def pick_address(net: Network, static: str, *, check: bool = True) -> str:
+    """The container's IPv4 address on ``net`` with the built-in IPAM: ``static`` (checked
+    to be in the subnet and free, if ``check``) or the lowest free one."""
+    taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway} | \
+        set(net.aux.values()) | {a for h in net.held.values() for a in h.reserved}
+    if not static:
+        return free_address(net, taken)
+    if check:
+        if ipaddress.IPv4Address(static) not in ipaddress.IPv4Network(net.subnet):
+            raise InvalidParameter(f"invalid address {static}: not in {net.subnet} of "
+                                   f"network {net.name}")
+        if static in taken:
+            raise Conflict(f"Address already in use: {static} on network {net.name}")
+    return static
 
 
 def free_address(net: Network, taken: set[str]) -> str:

@@ -27,7 +27,7 @@ import trio
 
 from svc.engine.cluster.globalnets import GlobalNetworks, StoreUnavailable
 from svc.engine.cluster.session import ClusterSession
-from svc.engine.networks.ipam import EndpointInfo, Network
+from svc.engine.networks.ipam import CreateSpec, EndpointInfo, Network
 from svc.errors import Conflict, InvalidParameter
 from svc.network import bridge as br
 from svc.network import overlay as ov
@@ -63,7 +63,6 @@ class Overlay:
         self._send, self._receive = trio.open_memory_channel[Change](math.inf)
         self.mtu = 1450
         self._locks: dict[str, trio.Lock] = {}  # one per network: its sandbox's make and end
-        self._gw_lock = trio.Lock()
 
     def lock(self, net: Network) -> trio.Lock:
         return self._locks.setdefault(net.id, trio.Lock())
@@ -172,21 +171,17 @@ class Overlay:
 
     # -- networks ----------------------------------------------------------------------------
 
-    async def create_network(self, name: str, *, subnet: str, ip_range: str, gateway: str,
-                             internal: bool, options: dict[str, str] | None,
-                             labels: dict[str, str] | None,
-                             ipam_options: dict[str, str] | None, aux: dict[str, str] | None,
-                             check_duplicate: bool) -> Network:
+    async def create_network(self, spec: CreateSpec) -> Network:
         """An overlay network, recorded in the cluster store for every host."""
         store = self._need()
-        if check_duplicate and any(n.name == name for n in self.service.networks.values()):
+        name = spec.name
+        if spec.check_duplicate and any(n.name == name for n in self.service.networks.values()):
             raise Conflict(f"network with name {name} already exists")
-        configured = {k: v for k, v in (("Subnet", subnet), ("IPRange", ip_range),
-                                        ("Gateway", gateway)) if v and subnet}
-        record = new_record(name, internal=internal, options=options, labels=labels,
-                            ipam_options=ipam_options, aux=aux, configured=configured)
-        stored = await store.create(record, subnet=subnet, ip_range=ip_range, gateway=gateway,
-                                    check_duplicate=check_duplicate)
+        record = new_record(name, internal=spec.internal, options=spec.options,
+                            labels=spec.labels, ipam_options=spec.ipam_options, aux=spec.aux,
+                            configured=spec.configured)
+        stored = await store.create(record, subnet=spec.subnet, ip_range=spec.ip_range,
+                                    gateway=spec.gateway, check_duplicate=spec.check_duplicate)
         net = self.service.networks.setdefault(stored["Id"], network_from_record(stored))
         self.service.events.publish("network", "create", net.id,
                                     {"name": name, "type": "overlay"})
@@ -244,22 +239,12 @@ class Overlay:
         await store.put_endpoint(net.id, info.endpoint_id, self.endpoint_record(cid, info),
                                  self.session.lease)
         if way_out and not net.internal:
-            await self._gateway_leg(cid, pid, info)
+            await self.service.gateway_leg(cid, pid, info.container)
 
     def endpoint_record(self, cid: str, info: EndpointInfo) -> dict[str, Any]:
         return {"Container": cid, "Name": info.container, "Aliases": info.aliases,
                 "Address": info.endpoint.address, "Mac": info.endpoint.mac,
                 "Host": self.session.advertise}
-
-    async def _gateway_leg(self, cid: str, pid: int, info: EndpointInfo) -> None:
-        svc = self.service
-        async with self._gw_lock:  # two first containers make it once
-            gw = next((n for n in svc.networks.values() if n.name == GW_BRIDGE), None)
-            if gw is None:
-                gw, _ = await svc.create(GW_BRIDGE, options=dict(GW_OPTIONS))
-        leg = await svc.reserve(cid, info.container, gw, svc.next_ifname(cid))
-        leg.hidden = True
-        await svc.attach(cid, pid, gw, default_route=True, announce=False)
 
     async def detach(self, net: Network, info: EndpointInfo) -> None:
         """Unwire a local endpoint, forget it in the store, and remove the sandbox once its

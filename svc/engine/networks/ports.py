@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from svc.engine.networks.remote_api import port_options
 from svc.errors import InvalidParameter
 from svc.models.containers import ContainerConfig, HostConfigBody, PortBinding
 from svc.network.proxy import Binding
@@ -84,3 +85,11 @@ def port_map(host_config: HostConfigBody, config: ContainerConfig,
         out.setdefault(f"{b.port}/{b.proto}", None)
         out[f"{b.port}/{b.proto}"] = [*(out[f"{b.port}/{b.proto}"] or []), entry]
     return out
+
+
+def plugin_options(host_config: HostConfigBody, config: ContainerConfig) -> dict[str, Any]:
+    """The ports as a network plugin is told of them (libnetwork's generic options): every
+    exposed port, and every published one with its host port or range (0: any)."""
+    published = [(b.proto, b.host_ip, b.port, b.host_range[0], b.host_range[1])
+                 for b in bindings(host_config, config)]
+    return port_options(exposed(host_config, config), published)

@@ -22,42 +22,36 @@ import trio
 
 from svc.engine.events import EventBus
 from svc.engine.networks import hostbridges
+from svc.engine.networks.bridgenets import BridgeNetworks
 from svc.engine.networks.dns import EmbeddedDNS, lookup
 from svc.engine.networks.endpoints import EndpointPlan
+from svc.engine.networks.held import Held, Plugged
 from svc.engine.networks.ipam import (
+    CreateSpec,
     EndpointInfo,
     Network,
-    bridge_name_option,
-    check_aux,
     check_bip,
     check_network_name,
-    free_address,
+    pick_address,
     pick_address6,
-    plan_ipam,
-    plan_ipam6,
-    ula_subnet,
 )
-from svc.engine.networks.overlay import NEEDS_STORE, Overlay
+from svc.engine.networks.overlay import GW_BRIDGE, GW_OPTIONS, NEEDS_STORE, Overlay
+from svc.engine.networks.plugged import PluginNetworks
 from svc.engine.networks.publish import PortPublisher
-from svc.errors import (
-    Conflict,
-    Forbidden,
-    InvalidParameter,
-    NotFound,
-    SvcError,
-    SystemError_,
-    as_no_space,
-)
+from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
 from svc.network.firewall import Firewall, FirewallError, owner_of
 from svc.network.proxy import Binding
+from svc.plugins.manager import PluginManager
 
 log = logging.getLogger("svc.networks")
 
 BUILTIN = (("bridge", "bridge"), ("host", "host"), ("none", "null"))
+
+
 class NetworkService:
     def __init__(self, events: EventBus, bridge_name: str, bip: str,
-                 dns: list[str] | None = None) -> None:
+                 dns: list[str] | None = None, plugins: PluginManager | None = None) -> None:
         if bridge_name == "none":  # dockerd's "no default bridge"; never a bridge named none
             raise InvalidParameter("--bridge=none (a daemon without the default bridge network) "
                                    "is not supported by svc; name a bridge or leave the default")
@@ -72,11 +66,14 @@ class NetworkService:
         self._forwarding_turned_on = False
         self._ready = False
         self.ports = PortPublisher(lambda: self.firewall)
-        self._lock = trio.Lock()
+        self.lock = trio.Lock()  # user bridges' create and removal
         self.dns = EmbeddedDNS(self._lookup, list(dns or []))
         self.owner = ""
         self.firewall = Firewall("unset")
         self.overlay: Overlay | None = None  # global networks, with a cluster store
+        self.bridgenets = BridgeNetworks(self)
+        self.plugged = PluginNetworks(self, plugins or PluginManager())
+        self._gw_lock = trio.Lock()
 
     def _lookup(self, cid: str, name: str) -> list[str] | None:
         return lookup(self.of_container(cid), name)
@@ -108,7 +105,7 @@ class NetworkService:
     def default_bridge(self) -> Network:
         return next(n for n in self.networks.values() if n.name == "bridge")
 
-    def _bridges(self) -> list[Network]:
+    def bridges(self) -> list[Network]:
         return [n for n in self.networks.values() if n.bridge]
 
     # -- daemon start and stop -------------------------------------------------------------
@@ -123,7 +120,7 @@ class NetworkService:
 
     def _setup(self) -> None:
         self._forwarding_turned_on = hostbridges.setup(self.owner, self.firewall,
-                                                       self._bridges())
+                                                       self.bridges())
 
     async def shutdown(self) -> None:
         """Take the rules away (the bridges stay, as dockerd's do)."""
@@ -162,90 +159,61 @@ class NetworkService:
 
     # -- user networks ---------------------------------------------------------------------
 
-    async def create(self, name: str, *, driver: str = "", subnet: str = "", ip_range: str = "",
-                     gateway: str = "", internal: bool = False,
-                     options: dict[str, str] | None = None,
-                     labels: dict[str, str] | None = None, subnet6: str = "",
-                     gateway6: str = "", ipam_options: dict[str, str] | None = None,
-                     aux: dict[str, str] | None = None, enable_ipv6: bool = False,
-                     check_duplicate: bool = True) -> tuple[Network, str]:
-        """A user bridge network and a warning; nothing is left if any step fails.
+    async def create(self, spec: CreateSpec) -> tuple[Network, str]:
+        """A user network and a warning; nothing is left if any step fails.
 
         As dockerd: a name in use is a 409 only with ``check_duplicate`` (the CLI sends it;
         docker-py does not), else the second network is made with a warning; an IPv6 pool
         without ``enable_ipv6`` is kept and shown but not used; ``aux`` addresses (a name
-        -> an address of the subnet) are never given to a container.
+        -> an address of the subnet) are never given to a container. A driver or IPAM
+        driver that is not built in is a plugin (404 "plugin not found" if none has the
+        name).
         """
-        check_network_name(name)
-        warning = ""
+        check_network_name(spec.name)
+        driver, ipam_driver = spec.driver, spec.ipam_driver
         if driver == "overlay":
             if self.overlay is None or not self.overlay.enabled:
                 raise InvalidParameter(NEEDS_STORE)
-            return await self.overlay.create_network(
-                name, subnet=subnet, ip_range=ip_range, gateway=gateway, internal=internal,
-                options=options, labels=labels, ipam_options=ipam_options, aux=aux,
-                check_duplicate=check_duplicate), ""
-        wanted_bridge = bridge_name_option(options)
-        if driver not in ("", "bridge"):
-            raise NotFound(f"plugin not found: network driver {driver!r} (bridge, or "
-                           "overlay with a cluster store)")
-        async with self._lock:
-            same = [n for n in self.networks.values() if n.name == name]
-            if same and (check_duplicate or same[0].builtin):
-                raise Conflict(f"network with name {name} already exists")
-            if same:
-                warning = f"Network with name {name} (id : {same[0].id}) already exists"
-            if wanted_bridge and any(n.bridge == wanted_bridge for n in self._bridges()):
-                raise Conflict(f"the bridge {wanted_bridge} is used by another network")
-            taken = await trio.to_thread.run_sync(self._subnets_in_use)
-            net_subnet, net_gateway, net_range = plan_ipam(subnet, ip_range, gateway, taken)
-            taken6 = [ipaddress.IPv6Network(n.subnet6) for n in self.networks.values()
-                      if n.subnet6]
-            if enable_ipv6 and not subnet6:
-                subnet6 = ula_subnet(taken6)
-            v6 = plan_ipam6(subnet6, gateway6, taken6)
-            declared6 = {}
-            if v6[0] and not enable_ipv6:
-                declared6, v6 = {"Subnet": v6[0], "Gateway": gateway6}, ("", "")
-            aux = check_aux(aux or {}, net_subnet)
-            nid = secrets.token_hex(32)
-            net = Network(nid, name, "bridge", subnet=net_subnet, gateway=net_gateway,
-                          ip_range=net_range, bridge=wanted_bridge or f"br-{nid[:12]}",
-                          internal=internal,
-                          options=dict(options or {}), labels=dict(labels or {}),
-                          subnet6=v6[0], gateway6=v6[1],
-                          ipam_options=dict(ipam_options or {}), aux=aux,
-                          declared6=declared6,
-                          configured={k: v for k, v in (("Subnet", subnet),
-                                                        ("IPRange", ip_range),
-                                                        ("Gateway", gateway)) if v and subnet})
-            with trio.CancelScope(shield=True):
-                try:
-                    await trio.to_thread.run_sync(self._make_bridge, net)
-                except br.InterfaceTaken as exc:
-                    raise Conflict(str(exc)) from None
-                except (br.NetworkError, FirewallError, OSError) as exc:
-                    await trio.to_thread.run_sync(self._drop_bridge, net)
-                    raise as_no_space(exc, "network create") or SystemError_(str(exc)) from exc
-                try:
-                    await self.save(nid, net.record())
-                except BaseException:  # not recorded (a full disk): no bridge, no rules
-                    await trio.to_thread.run_sync(self._drop_bridge, net)
-                    raise
-                self.networks[nid] = net
-        self.events.publish("network", "create", nid, {"name": name, "type": "bridge"})
-        return net, warning
+            if ipam_driver:
+                raise InvalidParameter("svc's overlay networks take the built-in IPAM only")
+            return await self.overlay.create_network(spec), ""
+        if driver in ("host", "null"):
+            raise Forbidden(f'only one instance of "{driver}" network is allowed')
+        if driver in ("", "bridge"):
+            return await self.bridgenets.create(spec)
+        return await self.plugged.create(spec)
 
-    def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
+    def check_duplicate(self, name: str, check: bool) -> str:
+        """409 for a name in use (with ``check``, or a built-in one's); else the warning of
+        a second network of that name ("" if none)."""
+        same = [n for n in self.networks.values() if n.name == name]
+        if same and (check or same[0].builtin):
+            raise Conflict(f"network with name {name} already exists")
+        return f"Network with name {name} (id : {same[0].id}) already exists" if same else ""
+
+    def subnets_in_use(self) -> list[ipaddress.IPv4Network]:
+        """Blocking: the IPv4 subnets of the local networks and of the host's interfaces."""
         nets = [ipaddress.IPv4Network(n.subnet) for n in self.networks.values()
                 if n.subnet and n.scope == "local"]
-        return nets + br.host_subnets()
+        return nets + self.plugged.planned + br.host_subnets()
 
-    def _make_bridge(self, net: Network) -> None:
-        hostbridges.make(self.owner, self.firewall, net, self._bridges())
+    def make_bridge(self, net: Network) -> None:
+        hostbridges.make(self.owner, self.firewall, net, self.bridges())
 
-    def _drop_bridge(self, net: Network) -> None:
-        hostbridges.drop(self.owner, self.firewall, net, self._bridges())
+    def drop_bridge(self, net: Network) -> None:
+        hostbridges.drop(self.owner, self.firewall, net, self.bridges())
+
+    def refuse_if_used(self, net: Network, in_use: list[str] | None = None, *,
+                       owed: bool = True) -> None:
+        """409 while containers are on ``net``, or (``owed``) while a plugin is still owed
+        the undoing of endpoints of containers that are gone (it did not answer yet)."""
+        if net.endpoints or in_use:
+            users = sorted(set(net.endpoints) | set(in_use or []))
+            raise Conflict(f"network {net.name} has active endpoints: {', '.join(users)}")
+        if owed and net.held:
+            raise Conflict(f"network {net.name}: its plugins have not yet undone the "
+                           f"endpoints of {len(net.held)} container(s) that are gone (they "
+                           "do not answer); try again once they do")
 
     async def remove(self, net: Network, in_use: list[str]) -> None:
         """Delete a user network; 403 for a built-in one, 409 while containers use it."""
@@ -253,17 +221,10 @@ class NetworkService:
             raise Forbidden(f"{net.name} is a pre-defined network and cannot be removed")
         if net.scope == "global" and self.overlay is not None:
             return await self.overlay.remove(net, in_use)
-        async with self._lock:
-            if self.networks.get(net.id) is not net:  # removed while this one waited
-                raise NotFound(f"network {net.id} not found")
-            if net.endpoints or in_use:
-                users = sorted(set(net.endpoints) | set(in_use))
-                raise Conflict(f"network {net.name} has active endpoints: {', '.join(users)}")
-            with trio.CancelScope(shield=True):
-                await self.delete(net.id)
-                del self.networks[net.id]
-                await trio.to_thread.run_sync(self._drop_bridge, net)
-        self.events.publish("network", "destroy", net.id, {"name": net.name, "type": "bridge"})
+        self.refuse_if_used(net, in_use, owed=False)
+        if net.plugged:
+            return await self.plugged.remove(net)
+        await self.bridgenets.remove(net)
 
     # -- containers ------------------------------------------------------------------------
 
@@ -287,46 +248,69 @@ class NetworkService:
 
     async def reserve(self, cid: str, name: str, net: Network, ifname: str, static: str = "",
                       aliases: list[str] | None = None, static6: str = "", *,
-                      links: list[str] | None = None, mac: str = "") -> EndpointInfo:
+                      links: list[str] | None = None, mac: str = "",
+                      ports: dict[str, Any] | None = None) -> EndpointInfo:
         """An address for container ``cid`` on ``net`` (freed by ``release``; on a global
-        network claimed in the cluster store); ``mac`` (the container's MacAddress, for its
-        first network) or dockerd's from the address."""
+        network claimed in the cluster store; from a plugin IPAM, recorded), and on a plugin
+        network its endpoint; ``mac`` (the container's MacAddress, for its first network) or
+        dockerd's from the address; ``ports`` as a plugin is told of them."""
         if cid in net.endpoints:
             return net.endpoints[cid]
         if not self._ready:
             raise SystemError_("the networks are not set up (see the daemon's log)")
+        if net.plugged:
+            return await self.plugged.endpoints.reserve(
+                cid, name, net, ifname, static, static6, aliases=list(aliases or []),
+                links=list(links or []), mac=mac, ports=ports)
         eid = secrets.token_hex(32)
         if net.scope == "global" and self.overlay is not None:
             claimed = await self.overlay.claim(net, eid, static)
             if cid in net.endpoints:  # reserved meanwhile: this claim is not needed
                 await self.overlay.unclaim(net, eid, claimed)
                 return net.endpoints[cid]
-            static = claimed
-        taken = {e.endpoint.address for e in net.endpoints.values()} | {net.gateway} | \
-            set(net.aux.values())
-        address = static or free_address(net, taken)
-        if static and net.scope == "local":
-            ip = ipaddress.IPv4Address(static)
-            if ip not in ipaddress.IPv4Network(net.subnet):
-                raise InvalidParameter(f"invalid address {static}: not in {net.subnet} of "
-                                       f"network {net.name}")
-            if static in taken:
-                raise Conflict(f"Address already in use: {static} on network {net.name}")
+            address = claimed
+        elif net.ipam_driver:
+            with self.plugged.owed.setting_up(eid):
+                held, cidr, cidr6, mac = await self.plugged.endpoints.bridge_addresses(
+                    net, cid, eid, static, static6, mac)
+                address, static6 = cidr.split("/")[0], cidr6.split("/")[0]
+                return self._bridge_endpoint(cid, name, net, ifname, eid, address, static6,
+                                             aliases, links, mac, held)
+        else:
+            address = pick_address(net, static)
         address6 = pick_address6(net, static6) if net.subnet6 else ""
+        return self._bridge_endpoint(cid, name, net, ifname, eid, address, address6, aliases,
+                                     links, mac, None)
+
+    def _bridge_endpoint(self, cid: str, name: str, net: Network, ifname: str, eid: str,
+                         address: str, address6: str, aliases: list[str] | None,
+                         links: list[str] | None, mac: str, held: Held | None
+                         ) -> EndpointInfo:
         ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
                          prefixlen=net.prefixlen, gateway=net.gateway,
                          mac=mac or br.mac_for(address), ifname=ifname, address6=address6,
                          prefixlen6=net.prefixlen6, gateway6=net.gateway6 if address6 else "")
         info = EndpointInfo(container=name, endpoint_id=eid, endpoint=ep,
-                            aliases=list(aliases or []), links=list(links or []))
+                            aliases=list(aliases or []), links=list(links or []),
+                            plugged=Plugged(held) if held is not None else None)
         net.endpoints[cid] = info
         return info
 
     async def attach(self, cid: str, pid: int, net: Network, *, default_route: bool,
                      announce: bool = True) -> None:
         """Wire the reserved endpoint into the namespace of ``pid``; ``connect`` goes out
-        unless the caller announces it itself, once its own part is done."""
+        unless the caller announces it itself, once its own part is done. On a plugin
+        network the Join decides the default route (``default_route`` is for the others)."""
         info = net.endpoints[cid]
+        if net.plugged:
+            await self.plugged.endpoints.attach(cid, pid, net)
+        else:
+            await self._attach_bridge(cid, pid, net, info, default_route)
+        if announce:
+            self.announce("connect", cid, net)
+
+    async def _attach_bridge(self, cid: str, pid: int, net: Network, info: EndpointInfo,
+                             default_route: bool) -> None:
         try:
             if net.scope == "global" and self.overlay is not None:
                 await self.overlay.attach(cid, pid, net, info, way_out=default_route)
@@ -335,13 +319,25 @@ class NetworkService:
                                               default_route)
         except br.NetworkError as exc:
             net.endpoints.pop(cid, None)
-            if net.scope == "global" and self.overlay is not None:  # its claim, its sandbox
-                with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True):
+                if net.scope == "global" and self.overlay is not None:  # claim, sandbox
                     await self.overlay.detach(net, info)
+                if info.plugged is not None:  # addresses of an IPAM plugin
+                    await self.plugged.endpoints.release(net, info, None)
             raise SystemError_(str(exc)) from exc
         info.attached = True
-        if announce:
-            self.announce("connect", cid, net)
+        info.default_route = default_route and net.scope == "local"  # (an overlay: its leg)
+
+    async def gateway_leg(self, cid: str, pid: int, name: str) -> None:
+        """The container's way out through docker_gwbridge (made on first use), for a first
+        network that gives none (an overlay, a plugin network without a gateway)."""
+        async with self._gw_lock:  # two first containers make it once
+            gw = next((n for n in self.networks.values() if n.name == GW_BRIDGE), None)
+            if gw is None:
+                gw, _ = await self.create(CreateSpec(GW_BRIDGE, options=dict(GW_OPTIONS)))
+        leg = await self.reserve(cid, name, gw, self.next_ifname(cid))
+        leg.hidden = True
+        await self.attach(cid, pid, gw, default_route=True, announce=False)
 
     def announce(self, action: str, cid: str, net: Network) -> None:
         """The ``connect`` or ``disconnect`` event of container ``cid`` on ``net``."""
@@ -360,10 +356,12 @@ class NetworkService:
         return self.ports.published(cid)
 
     async def release(self, cid: str, only: Network | None = None, *,
-                      announce: bool = True) -> list[Network]:
-        """Stop the container's port proxy, delete its veth pairs (if still there) and free
-        its addresses (on ``only``, or everywhere). Idempotent. Returns the networks it was
-        attached to, whose ``disconnect`` went out unless the caller announces it itself."""
+                      announce: bool = True, pid: int | None = None) -> list[Network]:
+        """Stop the container's port proxy, delete its veth pairs (if still there), free its
+        addresses and undo its plugin endpoints (on ``only``, or everywhere; ``pid``: the
+        container keeps running, so a plugin's interface is handed back). Idempotent.
+        Returns the networks it was attached to, whose ``disconnect`` went out unless the
+        caller announces it itself."""
         left = []
         if only is None:
             self.dns.stop(cid)
@@ -374,18 +372,23 @@ class NetworkService:
                 continue
             del net.endpoints[cid]
             with trio.CancelScope(shield=True):
-                try:
-                    if net.scope == "global" and self.overlay is not None:
-                        await self.overlay.detach(net, info)
-                    else:
-                        await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
-                except (OSError, SvcError) as exc:
-                    log.warning("removing %s: %s", info.endpoint.host_if, exc)
+                await self._unwire(net, info, pid)
             if info.attached and not info.hidden:
                 left.append(net)
                 if announce:
                     self.announce("disconnect", cid, net)
         return left
+
+    async def _unwire(self, net: Network, info: EndpointInfo, pid: int | None) -> None:
+        try:
+            if net.scope == "global" and self.overlay is not None:
+                await self.overlay.detach(net, info)
+            elif not net.plugged:
+                await trio.to_thread.run_sync(br.detach, info.endpoint.host_if)
+        except (OSError, SvcError) as exc:
+            log.warning("removing %s: %s", info.endpoint.host_if, exc)
+        if info.plugged is not None:
+            await self.plugged.endpoints.release(net, info, pid)
 
 
 async def _unset(*args: object) -> None:
