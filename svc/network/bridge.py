@@ -48,6 +48,14 @@ class Endpoint:
     gateway6: str = ""
 
 
+def host_veth_name(ifname: str, cid: str) -> str:
+    """The host end of container ``cid``'s veth for its interface ``ifname`` (``eth3``):
+    ``s<n><id>h`` within the kernel's 15 characters, the id shortened for each digit of
+    ``n`` beyond the first, so that eth1 and eth11 never share a name."""
+    number = ifname[3:] if ifname.startswith("eth") and ifname[3:].isdigit() else ifname[-1]
+    return f"s{number}{cid[:13 - len(number)]}h"
+
+
 def mac_for(address: str) -> str:
     """dockerd's MAC for an IPv4 address: 02:42 and the address's four bytes."""
     octets = ipaddress.IPv4Address(address).packed

@@ -286,7 +286,7 @@ class NetworkService:
                          address: str, address6: str, aliases: list[str] | None,
                          links: list[str] | None, mac: str, held: Held | None
                          ) -> EndpointInfo:
-        ep = br.Endpoint(host_if=f"s{ifname[-1]}{cid[:12]}h", address=address,
+        ep = br.Endpoint(host_if=br.host_veth_name(ifname, cid), address=address,
                          prefixlen=net.prefixlen, gateway=net.gateway,
                          mac=mac or br.mac_for(address), ifname=ifname, address6=address6,
                          prefixlen6=net.prefixlen6, gateway6=net.gateway6 if address6 else "")
