@@ -54,6 +54,7 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches
 from svc.storage.fsutil import remove_tree
@@ -78,7 +79,7 @@ class ContainerService:
                  delete: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
                  knobs: Knobs | None, log_defaults: LogDefaults | None = None,
-                 trash: Trash | None = None) -> None:
+                 trash: Trash | None = None, monitor: Conmon | None = None) -> None:
         self.dir = root / "containers"
         self.log_defaults = log_defaults or LogDefaults()
         self.images = images
@@ -91,7 +92,7 @@ class ContainerService:
                              volumes=volumes, networks=networks, launches=launches, facts=facts,
                              exec_root=exec_root, cgroup_parent=cgroup_parent, save=save,
                              auto_remove=auto_remove, resolve=self.registry.resolve,
-                             trash=trash)
+                             trash=trash, monitor=monitor)
         self.fs = ContainerFS(self.runner, images, runtime)
         self.execs = ExecService(self.runner, runtime, launches, facts)
         self.stats = StatsService(self.runner, cgroups)

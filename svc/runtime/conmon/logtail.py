@@ -15,8 +15,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import struct
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from svc.runtime.conmon.inotify import DirWatch
 from svc.runtime.conmon.k8sfile import BadLine, Record, parse
@@ -45,6 +46,43 @@ class Cursor:
         if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r):
             return cls(r[0], r[1])
         return None
+
+
+@dataclass
+class Batch:
+    """Records read in one step from the file ``inode``; ``ends[i]`` is the offset just
+    after ``records[i]`` (a cursor placed there resumes after it)."""
+
+    inode: int
+    records: list[Record] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def cursor_after(self, i: int) -> Cursor:
+        return Cursor(self.inode, self.ends[i])
+
+
+class CursorFile:
+    """A cursor kept in a 16-byte file, rewritten in place by one ``pwrite``: a daemon killed
+    at any moment leaves either the old cursor or the new one (the page cache outlives the
+    process; a machine that goes down takes the containers with it)."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def read(self) -> Cursor | None:
+        data = os.pread(self._fd, 16, 0)
+        if len(data) != 16:
+            return None
+        inode, offset = struct.unpack("<QQ", data)
+        return Cursor(inode, offset) if inode else None
+
+    def write(self, cursor: Cursor) -> None:
+        os.pwrite(self._fd, struct.pack("<QQ", cursor.inode, cursor.offset), 0)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class LogTail:
@@ -88,14 +126,14 @@ class LogTail:
         except FileNotFoundError:
             return False
 
-    def read_available(self) -> list[Record]:
+    def read_available(self) -> Batch:
         """The complete lines written since the last call (at most about ``READ_BYTES``);
-        [] at the end of what is there now. Switches to a replacing file once the replaced
-        one has been read to its end."""
+        an empty batch at the end of what is there now. Switches to a replacing file once
+        the replaced one has been read to its end."""
         if self._fd < 0:
             self._open(None)
             if self._fd < 0:
-                return []
+                return Batch(0)
         data = os.read(self._fd, READ_BYTES)
         if not data:
             if self._replaced():
@@ -109,21 +147,25 @@ class LogTail:
                 self._fd = -1
                 self._open(None)
                 return self.read_available()
-            return []
+            return Batch(self._inode)
         buf = self._partial + data
         end = buf.rfind(b"\n") + 1
         self._partial = buf[end:]
-        out = []
-        for line in buf[:end].splitlines():
+        batch = Batch(self._inode)
+        start = 0
+        while start < end:  # (buf starts at the old offset)
+            stop = buf.index(b"\n", start) + 1
             try:
-                out.append(parse(line))
+                batch.records.append(parse(buf[start:stop]))
+                batch.ends.append(self._offset + stop)
             except BadLine as exc:
                 self.bad_lines += 1
                 log.warning("%s: %s", self.path, exc)
-        self._offset += end  # (buf starts at the old offset)
+            start = stop
+        self._offset += end
         if self._offset - self._punched >= PUNCH_EVERY:
             self._punch()
-        return out
+        return batch
 
     def _punch(self) -> None:
         upto = self._offset & ~0xFFF
@@ -135,17 +177,17 @@ class LogTail:
         else:  # a file system without holes: the file keeps its blocks
             self._punched = 1 << 62
 
-    async def follow(self, ended: Callable[[], bool]) -> AsyncIterator[list[Record]]:
+    async def follow(self, ended: Callable[[], bool]) -> AsyncIterator[Batch]:
         """Batches of records as conmon writes them, until ``ended()`` says conmon is gone
         and everything it wrote has been read. Cancellation: the cursor stays just after
         the last batch yielded."""
         while True:
             batch = self.read_available()
-            if batch:
+            if batch.records:
                 yield batch
                 continue
             if ended():  # all of it is in the file now: read it to its end
-                while batch := self.read_available():
+                while (batch := self.read_available()).records:
                     yield batch
                 return
             await self._watch.wait(IDLE_WAIT)

@@ -1,0 +1,128 @@
+"""Containers that outlive the daemon (``--live-restore``): each runs under conmon, which
+holds its stdio and writes its output to a log file; the supervisor follows that file from a
+durable cursor, hands each record to the container's log and attached clients, and reads the
+exit code from conmon's exit file once conmon has gone.
+
+The cursor is written after each batch, at the end of the last record after which the json-file
+writer holds no unfinished line: a daemon killed at any moment then reads again, at its next
+start, exactly what it had not yet written (only a line longer than the writer's 16 KiB buffer
+can be written twice). Shipping drivers (syslog, gelf...) lose what was in flight, as without
+live restore.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from svc.runtime.conmon.attach import MonitorInput
+from svc.runtime.conmon.logtail import CursorFile, LogTail
+from svc.runtime.conmon.monitor import MonitorFiles, wait_gone
+
+log = logging.getLogger("svc.engine.containers")
+
+Deliver = Callable[[str, bytes, int], Awaitable[None]]  # (stream, bytes, time in ns)
+UNKNOWN_EXIT = 255  # conmon went without writing an exit code (it was killed)
+
+
+@dataclass
+class MonitorHandle:
+    """What the daemon holds of a container's conmon while it supervises it."""
+
+    pid: int
+    files: MonitorFiles
+    cursor: CursorFile
+    input: MonitorInput | None = None  # stdin and resize (OpenStdin or a TTY)
+
+    def close(self) -> None:
+        """Let go of the descriptors (the container and its conmon go on)."""
+        if self.input is not None:
+            self.input.close()
+        self.cursor.close()
+
+
+def monitor_files(container_dir: Path, bundle: Path, cid: str) -> MonitorFiles:
+    return MonitorFiles(container_dir / "monitor", bundle, cid)
+
+
+def reset_files(files: MonitorFiles) -> None:
+    """Blocking: a new run starts with no log, cursor or exit file of the last one."""
+    for path in (files.log, files.dir / "cursor", files.exit_file):
+        path.unlink(missing_ok=True)
+
+
+async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> MonitorHandle:
+    """The daemon's handle on conmon ``pid``: the cursor file, and the stdin socket if the
+    container takes input (a conmon that is gone gives none: its container has exited)."""
+    handle = MonitorHandle(pid, files, CursorFile(str(files.dir / "cursor")))
+    if wants_input:
+        try:
+            handle.input = await MonitorInput.connect(files.attach, files.bundle / "ctl")
+        except OSError as exc:
+            log.info("container %s: conmon's attach socket: %s", files.uid[:12], exc)
+    return handle
+
+
+async def follow(handle: MonitorHandle, deliver: Deliver,
+                 settled: Callable[[], bool]) -> int:
+    """Hand what the container writes to ``deliver`` until conmon has gone and its log is
+    read to the end; return the exit code conmon wrote. ``settled()`` says whether the log's
+    writer holds no unfinished line (the cursor may then move past what was delivered).
+
+    Cancellation (the daemon stops): the cursor stays after the last record delivered and
+    settled; the container and its conmon go on.
+    """
+    tail = LogTail(str(handle.files.log), handle.cursor.read())
+    if tail.lost:
+        log.warning("container %s: conmon replaced its log while the daemon was away; the "
+                    "output written beyond the last line read is lost", handle.files.uid[:12])
+    gone = trio.Event()
+
+    async def watch() -> None:
+        await wait_gone(handle.pid)
+        gone.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            if handle.input is not None:
+                nursery.start_soon(handle.input.discard_output)
+            async for batch in tail.follow(gone.is_set):
+                safe = -1
+                for i, rec in enumerate(batch.records):
+                    await deliver(rec.stream, rec.data, rec.ts_ns)
+                    if settled():
+                        safe = i
+                if safe >= 0:
+                    handle.cursor.write(batch.cursor_after(safe))
+            nursery.cancel_scope.cancel()
+    finally:
+        tail.close()
+    code = handle.files.exit_code()
+    if code is None:
+        log.error("container %s: conmon ended without an exit code", handle.files.uid[:12])
+        return UNKNOWN_EXIT
+    return code
+
+
+def exit_time_ns(files: MonitorFiles) -> int | None:
+    """When conmon wrote the exit file (the container's end, seen after a restart)."""
+    try:
+        return os.stat(files.exit_file).st_mtime_ns
+    except OSError:
+        return None
+
+
+def monitor_alive(pid: int, cid: str) -> bool:
+    """Whether ``pid`` is still the conmon of container ``cid`` (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == b"conmon" and cid.encode() in argv
