@@ -23,6 +23,7 @@ from svc.errors import SvcError
 from svc.network.adopt import container_interfaces
 
 log = logging.getLogger("svc.engine.containers")
+EXITED_WAIT = 30.0  # bound on reading the rest of the log of one that exited while away
 
 
 async def adopt(c: Container, runner: Runner, nursery: trio.Nursery) -> bool:
@@ -50,6 +51,9 @@ async def adopt(c: Container, runner: Runner, nursery: trio.Nursery) -> bool:
         pump = None
     c.live = live
     await nursery.start(runner.supervisor.supervise, c, live, None, pump)
+    if not alive:  # its exit recorded before the first request is served
+        with trio.move_on_after(EXITED_WAIT):
+            await live.exited.wait()
     log.info("container %s taken back (%s)", c.short_id,
              "running" if alive else "it exited while the daemon was away")
     return True

@@ -106,11 +106,11 @@ class Supervisor:
         let_go = False
         try:
             code = await self._watch(c, live, pipes, guard, shipper)
-        except trio.Cancelled:
-            let_go = live.monitor is not None
-            raise
         except Exception:
             log.exception("watching container %s failed; it is killed", c.short_id)
+        except BaseException as exc:  # cancelled: the daemon stops
+            let_go = live.monitor is not None and _cancelled(exc)
+            raise
         finally:
             with trio.CancelScope(shield=True):
                 if let_go:
@@ -299,6 +299,13 @@ class Supervisor:
                 c.notify()
                 return
             self.event(c, "restart")
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation (or a group of nothing else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
 
 
 def _open_log(c: Container) -> GuardedLog | None:

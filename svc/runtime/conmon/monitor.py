@@ -130,8 +130,8 @@ class Conmon:
             env = dict(os.environ, _OCI_SYNCPIPE=str(write_end))
             argv = self._argv(files, cid, terminal=terminal, stdin=stdin,
                               stdin_once=stdin_once, log_max=log_max)
-            proc = await trio.lowlevel.open_process(
-                argv, env=env, pass_fds=(write_end,), stdin=subprocess.DEVNULL,
+            proc = await trio.lowlevel.open_process(  # (its cwd gets an ``oom`` file)
+                argv, env=env, pass_fds=(write_end,), cwd=files.dir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             os.close(write_end)
             write_end = -1
