@@ -121,6 +121,7 @@ class Engine:
             delete=self._delete_volume)
         self.networks = NetworkService(self.events, config.bridge, config.bip,
                                        list(config.dns), self.plugins)
+        self.networks.ports.loopback_rules = config.live_restore  # (no proxy while away)
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
         self.launches = Launches()  # shared by the runner and the orphan reaper

@@ -70,6 +70,6 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "") -> None:  # type:
 
 
 def curl(url: str) -> str:
-    r = subprocess.run(["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url],
-                       capture_output=True, text=True)
-    return r.stdout
+    """The body at ``url`` (stripped), or what went wrong."""
+    r = subprocess.run(["curl", "-s", "-S", "-m", "5", url], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else f"curl {r.returncode}: {r.stderr}"

@@ -12,9 +12,19 @@ import time
 
 import pytest
 
+from svc.network.firewall import owner_of
 from tests.conftest import run_sdk
-from tests.liverestore.conftest import alive, cli, go_away, inspect, rfc3339, wait_for
+from tests.liverestore.conftest import (
+    alive,
+    cli,
+    curl,
+    go_away,
+    inspect,
+    rfc3339,
+    wait_for,
+)
 from tests.support.daemon import Daemon
+from tests.support.etcdd import free_port
 
 COUNTER = "i=0; while true; do echo n$i; i=$((i+1)); sleep 0.02; done"
 
@@ -39,22 +49,32 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
         "busybox", "sleep", "300")
     cli(lr, "run", "-dit", "--name", "tty", "busybox", "sh")
     cli(lr, "run", "-di", "--name", "cat", "busybox", "cat")
-    names = ["counter", "peer", "tty", "cat"]
+    port = free_port()
+    cli(lr, "run", "-d", "--name", "web", "-p", f"{port}:80", "busybox", "sh", "-c",
+        "echo served > /index.html; exec httpd -f -p 80 -h /")
+    names = ["counter", "peer", "tty", "cat", "web"]
     pids = {n: inspect(lr, n, "{{.State.Pid}}") for n in names}
     addresses = {n: _addresses(lr, n) for n in names}
     wait_for(lambda: len(_numbers(lr, "counter")) >= 5, what="the counter's first lines")
     assert cli(lr, "info", "-f", "{{json .LiveRestoreEnabled}}").strip() == "true"
+    gateway = inspect(lr, "web", "{{.NetworkSettings.Gateway}}")
+    urls = [f"http://127.0.0.1:{port}/", f"http://{gateway}:{port}/"]
+    assert [curl(u) for u in urls] == ["served", "served"]
+    rules_before = _port_rules(lr)
 
     go_away(lr, how)
     down_at = time.time()
     time.sleep(1.0)
     assert all(alive(int(pid)) for pid in pids.values())  # nothing died with the daemon
+    assert [curl(u) for u in urls] == ["served", "served"]  # the rules carry it meanwhile
     up_at = time.time()
     lr.start()
 
     assert sorted(cli(lr, "ps", "--format", "{{.Names}}").split()) == sorted(names)
     assert {n: inspect(lr, n, "{{.State.Pid}}") for n in names} == pids
     assert {n: _addresses(lr, n) for n in names} == addresses
+    assert [curl(u) for u in urls] == ["served", "served"]
+    assert _port_rules(lr) == rules_before  # none made twice, none lost
     assert inspect(lr, "counter", "{{.State.Status}}") == "running"
     # the lines written while the daemon was away are in the log: none lost, none twice
     logged = _numbers(lr, "counter")
@@ -76,6 +96,13 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
     cli(lr, "stop", "-t", "1", "counter")
     assert inspect(lr, "counter", "{{.State.Status}} {{.State.ExitCode}}") == "exited 137"
     assert not alive(int(pids["counter"]))
+
+
+def _port_rules(d: Daemon) -> list[str]:
+    """This daemon's published-port rules, as iptables-save shows them."""
+    owner = owner_of((d.root / "engine-id").read_text().strip())
+    out = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    return sorted(line for line in out.splitlines() if f"svc:{owner}:ports-" in line)
 
 
 def _resize(d: Daemon, ref: str, h: int, w: int) -> None:
