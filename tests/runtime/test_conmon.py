@@ -44,7 +44,7 @@ async def _read_all(files: MonitorFiles, mon: Monitored,
         nursery.start_soon(watch)
         with trio.fail_after(TIMEOUT):
             async for batch in tail.follow(gone.is_set):
-                out += [(r.stream, r.data) for r in batch]
+                out += [(r.stream, r.data) for r in batch.records]
     return out
 
 
@@ -76,7 +76,7 @@ async def test_a_cursor_resumes_without_repeats_or_losses(rt: RuncEnv, tmp_path:
         with trio.fail_after(TIMEOUT):
             taken: list[bytes] = []
             while len(taken) < 100:
-                taken += [r.data for r in first.read_available()]
+                taken += [r.data for r in first.read_available().records]
                 await trio.sleep(0.01)
         cursor = first.cursor
     finally:

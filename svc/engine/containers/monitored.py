@@ -17,12 +17,17 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import CursorFile, LogTail
-from svc.runtime.conmon.monitor import MonitorFiles, wait_gone
+from svc.runtime.conmon.monitor import Conmon, MonitorFiles, wait_gone
+from svc.runtime.protocol import Created
+
+if TYPE_CHECKING:
+    from svc.engine.containers.container import Container
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -66,6 +71,23 @@ async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> Mo
         except OSError as exc:
             log.info("container %s: conmon's attach socket: %s", files.uid[:12], exc)
     return handle
+
+
+async def create_monitored(monitor: Conmon, c: Container, bundle: Path
+                           ) -> tuple[Created, MonitorHandle]:
+    """``runc create`` of ``c`` under conmon, with a fresh log and cursor for this run (the
+    last run's were read to their end); ``c.monitor_pid`` names the conmon.
+
+    Raises:
+        RuntimeFailure: runc create failed (runc's words).
+    """
+    files = monitor_files(c.dir, bundle, c.id)
+    await trio.to_thread.run_sync(reset_files, files)
+    mon = await monitor.launch(c.id, files, terminal=c.tty, stdin=c.config.OpenStdin,
+                               stdin_once=c.config.StdinOnce)
+    c.monitor_pid = mon.monitor_pid
+    handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin)
+    return Created(mon.pid, None), handle
 
 
 async def follow(handle: MonitorHandle, deliver: Deliver,

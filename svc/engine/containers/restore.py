@@ -104,7 +104,7 @@ class ContainerRestore:
             except Exception:  # one damaged container must not keep the daemon from starting
                 log.exception("restoring container %s failed", c.short_id)
         if self.runner.monitor is not None:  # (their rules were kept for those taken back)
-            await self.runner.networks.forget_ports(adopted)
+            await self.runner.networks.ports.forget_others(adopted)
         for c in list(self.registry.all()):
             if c.id in adopted:  # its supervisor applies its policy if it exited
                 continue

@@ -25,12 +25,7 @@ import trio
 
 from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
-from svc.engine.containers.monitored import (
-    MonitorHandle,
-    monitor_files,
-    open_handle,
-    reset_files,
-)
+from svc.engine.containers.monitored import MonitorHandle, create_monitored
 from svc.engine.containers.overlay import Overlay
 from svc.engine.containers.rootfs import image_dir
 from svc.engine.containers.shipping import open_shipping
@@ -49,7 +44,7 @@ from svc.runtime.cgroups import CgroupV1
 from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.mounts import mounts_under
 from svc.runtime.process import ContainerPipes, open_pipes
-from svc.runtime.protocol import Created, Runtime, RuntimeFailure
+from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.reaper import Launches
 from svc.runtime.spec import cgroups_path
 from svc.storage.fsutil import remove_tree
@@ -251,7 +246,7 @@ class Runner:
                 with contextlib.suppress(RuntimeFailure):
                     await self.runtime.delete(c.id, force=True)
             if self.monitor is not None:
-                created, handle = await self._create_monitored(c, bundle)
+                created, handle = await create_monitored(self.monitor, c, bundle)
             elif c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
@@ -284,21 +279,6 @@ class Runner:
             live.console, live.stdin = (handle.input, None) if c.tty else (None, handle.input)
         c.live = live
         return live, pipes
-
-    async def _create_monitored(self, c: Container, bundle: Path
-                                ) -> tuple[Created, MonitorHandle]:
-        """``runc create`` under conmon (live restore): a fresh log and cursor for this
-        run (the last run's were read to their end)."""
-        assert self.monitor is not None
-        files = monitor_files(c.dir, bundle, c.id)
-        await trio.to_thread.run_sync(reset_files, files)
-        mon = await self.monitor.launch(c.id, files, terminal=c.tty,
-                                        stdin=c.config.OpenStdin,
-                                        stdin_once=c.config.StdinOnce)
-        c.monitor_pid = mon.monitor_pid
-        handle = await open_handle(mon.monitor_pid, files,
-                                   wants_input=c.tty or c.config.OpenStdin)
-        return Created(mon.pid, None), handle
 
     def _joined_net(self, c: Container) -> str | None:
         mode = c.host_config.NetworkMode

@@ -68,6 +68,16 @@ class PortPublisher:
                                                 info.endpoint.address, b.port,
                                                 loopback=self.loopback_rules)]
 
+    async def forget_others(self, keep: set[str]) -> None:
+        """After a live restore: the rules of the published ports of containers not taken
+        back go (ids in ``keep`` were); all were kept at the start (``hostbridges.setup``)."""
+        scopes = {ports_scope(cid) for cid in keep}
+        try:
+            await trio.to_thread.run_sync(self.firewall().drop,
+                                          lambda s: is_ports_scope(s) and s not in scopes)
+        except FirewallError as exc:
+            log.error("removing the port rules of containers gone: %s", exc)
+
     def published(self, cid: str) -> list[Binding] | None:
         found = self.proxies.get(cid)
         return None if found is None else found[0].bindings

@@ -37,7 +37,7 @@ from svc.engine.networks.ipam import (
 )
 from svc.engine.networks.overlay import GW_BRIDGE, GW_OPTIONS, NEEDS_STORE, Overlay
 from svc.engine.networks.plugged import PluginNetworks
-from svc.engine.networks.publish import PortPublisher, is_ports_scope, ports_scope
+from svc.engine.networks.publish import PortPublisher
 from svc.errors import Conflict, Forbidden, InvalidParameter, NotFound, SvcError, SystemError_
 from svc.network import bridge as br
 from svc.network.firewall import Firewall, FirewallError, owner_of
@@ -121,16 +121,6 @@ class NetworkService:
     def _setup(self) -> None:
         self._forwarding_turned_on = hostbridges.setup(
             self.owner, self.firewall, self.bridges(), keep_ports=self.ports.loopback_rules)
-
-    async def forget_ports(self, keep: set[str]) -> None:
-        """After a live restore: the published ports' rules of containers not taken back
-        (ids in ``keep`` are) go; those of the others were kept at ``setup``."""
-        scopes = {ports_scope(cid) for cid in keep}
-        try:
-            await trio.to_thread.run_sync(self.firewall.drop,
-                                          lambda s: is_ports_scope(s) and s not in scopes)
-        except FirewallError as exc:
-            log.error("removing the port rules of containers gone: %s", exc)
 
     async def shutdown(self) -> None:
         """Take the rules away (the bridges stay, as dockerd's do)."""
