@@ -24,6 +24,7 @@ from pathlib import Path
 
 import trio
 
+from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.runc import Runc, failure
 
 SYNC_TIMEOUT = 60.0  # bound on conmon's report of runc create's outcome
@@ -148,7 +149,12 @@ class Conmon:
             os.close(read_end)
             if write_end >= 0:
                 os.close(write_end)
-        return _monitored(report, proc.returncode, stderr, files)
+        try:
+            return _monitored(report, proc.returncode, stderr, files)
+        except RuntimeFailure:  # conmon ends too: reap it (the daemon is its subreaper)
+            with contextlib.suppress(OSError, ValueError), trio.move_on_after(5):
+                await wait_gone(int(files.pid_file.read_text().strip()))
+            raise
 
 
 async def _read_report(fd: int) -> bytes:
