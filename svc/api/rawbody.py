@@ -59,6 +59,7 @@ class Dechunker:
         self._left = length or 0  # payload bytes left in the body (length) or chunk
         self._line = bytearray()  # a size or trailer line being read (chunked)
         self._state = "size"  # size, data, data-end, trailer (chunked)
+        self._error: BodyError | None = None  # found after payload that was handed out
 
     def feed(self, raw: memoryview, out: list[memoryview]) -> int:
         """Decode from ``raw``; payload pieces are appended to ``out`` (views of ``raw``).
@@ -94,14 +95,28 @@ class Dechunker:
         return pos
 
     def decode(self, raw: Any) -> bytes:
-        """The payload in ``raw`` (bytes read), joined; what follows the body is dropped."""
+        """The payload in ``raw`` (bytes read), joined; what follows the body is dropped.
+        A framing error after some payload is raised at the next call, once that payload
+        has been handed out: however the bytes were cut into reads, the consumer gets every
+        well-framed byte before the error."""
+        self.raise_pending()
         pieces: list[memoryview] = []
         with memoryview(raw) as view:
-            self.feed(view, pieces)
+            try:
+                self.feed(view, pieces)
+            except BodyError as exc:
+                if not pieces:
+                    raise
+                self._error = exc
             out = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
             for p in pieces:
                 p.release()
         return out
+
+    def raise_pending(self) -> None:
+        """Raise the framing error found after the payload last handed out, if any."""
+        if self._error is not None:
+            raise self._error
 
     def _line_done(self, line: bytes) -> None:
         if self._state == "data-end":
@@ -197,6 +212,7 @@ class RawBody:
             if self._dechunker.done:
                 self.release()
                 raise StopAsyncIteration
+            self._dechunker.raise_pending()
             with self._lock:
                 raw, self._raw = self._raw, bytearray()
                 parked, eof = self._parked, self._eof
@@ -307,6 +323,7 @@ class _ThreadFile:
             if body._dechunker.done:
                 self._done()
                 return False
+            body._dechunker.raise_pending()
             with body._lock:
                 while not (body._raw or body._eof or body._parked or self.aborted):
                     body._fed.wait()

@@ -73,6 +73,18 @@ def test_bad_framing_is_refused(raw: bytes, message: str) -> None:
         Dechunker(None).feed(memoryview(raw), [])
 
 
+def test_bad_framing_after_payload_comes_after_that_payload() -> None:
+    """However the bytes were cut into reads, the payload before a framing error is handed
+    out first; the error comes at the next read (CI saw one read hold both, which made a
+    build's stream error an HTTP 400 at random)."""
+    d = Dechunker(None)
+    assert d.decode(bytearray(b"3\r\nabc\r\nzz\r\n")) == b"abc"
+    with pytest.raises(BodyError, match="chunk size b'zz'"):
+        d.raise_pending()
+    with pytest.raises(BodyError, match="chunk size b'zz'"):
+        d.decode(bytearray(b"more"))
+
+
 def _drain(f: object) -> None:
     while f.read(65536):  # type: ignore[attr-defined]
         pass
