@@ -3,26 +3,28 @@ holds its stdio and writes its output to a log file; the supervisor follows that
 durable cursor, hands each record to the container's log and attached clients, and reads the
 exit code from conmon's exit file once conmon has gone.
 
-The cursor is written after each batch, at the end of the last record after which the json-file
-writer holds no unfinished line: a daemon killed at any moment then reads again, at its next
-start, exactly what it had not yet written (only a line longer than the writer's 16 KiB buffer
-can be written twice). Shipping drivers (syslog, gelf...) lose what was in flight, as without
-live restore.
+The cursor is written right after each record's write to the log (no checkpoint between the
+two), when the json-file writer then holds no unfinished line: a daemon killed at any moment
+reads again, at its next start, what it had not yet written; only a kill between those two
+writes (microseconds), or a line longer than the writer's 16 KiB buffer, can log a line
+twice. Shipping drivers (syslog, gelf...) lose what was in flight, as without live restore.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
 from svc.runtime.conmon.attach import MonitorInput
-from svc.runtime.conmon.logtail import CursorFile, LogTail
+from svc.runtime.conmon.logtail import Cursor, CursorFile, LogTail
 from svc.runtime.conmon.monitor import Conmon, MonitorFiles, wait_gone
 from svc.runtime.protocol import Created
 
@@ -31,8 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("svc.engine.containers")
 
-Deliver = Callable[[str, bytes, int], Awaitable[None]]  # (stream, bytes, time in ns)
+# (stream, bytes, time in ns, what to call right after the log's write)
+Deliver = Callable[[str, bytes, int, Callable[[], None]], Awaitable[None]]
 UNKNOWN_EXIT = 255  # conmon went without writing an exit code (it was killed)
+# what conmon keeps of a container's output while the daemon is away; beyond it, it starts a
+# new file and the rest of the old one is lost (``LOST`` marks the place in the log)
+OUTPUT_BOUND = 64 << 20
+LOST = (b"[svc] output lost: the container wrote more than %d MiB while the daemon was "
+        b"away, and what the daemon had not read of it is gone\n" % (OUTPUT_BOUND >> 20))
 
 
 @dataclass
@@ -84,7 +92,7 @@ async def create_monitored(monitor: Conmon, c: Container, bundle: Path
     files = monitor_files(c.dir, bundle, c.id)
     await trio.to_thread.run_sync(reset_files, files)
     mon = await monitor.launch(c.id, files, terminal=c.tty, stdin=c.config.OpenStdin,
-                               stdin_once=c.config.StdinOnce)
+                               stdin_once=c.config.StdinOnce, log_max=OUTPUT_BOUND)
     c.monitor_pid = mon.monitor_pid
     handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin)
     return Created(mon.pid, None), handle
@@ -100,9 +108,9 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
     settled; the container and its conmon go on.
     """
     tail = LogTail(str(handle.files.log), handle.cursor.read())
-    if tail.lost:
-        log.warning("container %s: conmon replaced its log while the daemon was away; the "
-                    "output written beyond the last line read is lost", handle.files.uid[:12])
+    if tail.lost:  # told in the daemon's log and, as a marker line, in the container's
+        log.warning("container %s: %s", handle.files.uid[:12], LOST.decode().strip())
+        await deliver("stderr", LOST, time.time_ns(), _nothing)
     gone = trio.Event()
 
     async def watch() -> None:
@@ -115,13 +123,9 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
             if handle.input is not None:
                 nursery.start_soon(handle.input.discard_output)
             async for batch in tail.follow(gone.is_set):
-                safe = -1
                 for i, rec in enumerate(batch.records):
-                    await deliver(rec.stream, rec.data, rec.ts_ns)
-                    if settled():
-                        safe = i
-                if safe >= 0:
-                    handle.cursor.write(batch.cursor_after(safe))
+                    await deliver(rec.stream, rec.data, rec.ts_ns,
+                                  partial(_move, handle.cursor, batch.cursor_after(i), settled))
             nursery.cancel_scope.cancel()
     finally:
         tail.close()
@@ -130,6 +134,15 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
         log.error("container %s: conmon ended without an exit code", handle.files.uid[:12])
         return UNKNOWN_EXIT
     return code
+
+
+def _nothing() -> None:
+    pass
+
+
+def _move(cursor: CursorFile, after: Cursor, settled: Callable[[], bool]) -> None:
+    if settled():
+        cursor.write(after)
 
 
 def exit_time_ns(files: MonitorFiles) -> int | None:

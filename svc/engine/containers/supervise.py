@@ -199,8 +199,9 @@ class Supervisor:
                                guard: GuardedLog | None, shipper: Shipper | None) -> int:
         """The output from conmon's log (stamped when conmon read it), then the exit code
         conmon wrote; the streams end only once it has gone (a let-go leaves them open)."""
-        async def deliver(name: str, chunk: bytes, ts: int) -> None:
-            await _deliver(name, chunk, ts, guard, shipper, c.hub)
+        async def deliver(name: str, chunk: bytes, ts: int, logged: Callable[[], None]
+                          ) -> None:
+            await _deliver(name, chunk, ts, guard, shipper, c.hub, logged)
 
         def settled() -> bool:
             return guard is None or guard.writer.pending() == (b"", b"")
@@ -331,10 +332,12 @@ async def _copy_output(stream: Any, name: str, guard: GuardedLog | None,
 
 
 async def _deliver(name: str, chunk: bytes, ts: int, guard: GuardedLog | None,
-                   shipper: Shipper | None, hub: OutputHub) -> None:
+                   shipper: Shipper | None, hub: OutputHub,
+                   logged: Callable[[], None] | None = None) -> None:
     """One chunk of output to the log (or the log driver's receiver) and the attached
     clients. Each log write is handed to the ``logs -f`` taps in the same step, with the
-    writer's position after it."""
+    writer's position after it; ``logged`` runs right after the log's write, with no
+    checkpoint between them (a live-restored container's cursor moves there)."""
     code = STDOUT if name == "stdout" else STDERR
     if guard is not None:
         written, made = await guard.write(name, chunk, ts, records=bool(hub.taps))
@@ -342,6 +345,8 @@ async def _deliver(name: str, chunk: bytes, ts: int, guard: GuardedLog | None,
             hub.logged(Tapped(code, chunk, ts, *guard.writer.position(), records=made))
     elif shipper is not None:
         await shipper.put(name, chunk, ts)
+    if logged is not None:
+        logged()
     await hub.publish(code, chunk)
 
 
