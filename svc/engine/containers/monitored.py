@@ -122,7 +122,7 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
             nursery.start_soon(watch)
             if handle.input is not None:
                 nursery.start_soon(handle.input.discard_output)
-            async for batch in tail.follow(gone.is_set):
+            async for batch in tail.follow(gone):
                 for i, rec in enumerate(batch.records):
                     await deliver(rec.stream, rec.data, rec.ts_ns,
                                   partial(_move, handle.cursor, batch.cursor_after(i), settled))

@@ -16,11 +16,13 @@ import ctypes
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import trio
+
 from svc.runtime.conmon.inotify import DirWatch
-from svc.runtime.conmon.k8sfile import BadLine, Record, parse
+from svc.runtime.conmon.k8sfile import Record, parse_runs
 
 log = logging.getLogger("svc.runtime.conmon")
 
@@ -151,17 +153,11 @@ class LogTail:
         buf = self._partial + data
         end = buf.rfind(b"\n") + 1
         self._partial = buf[end:]
-        batch = Batch(self._inode)
-        start = 0
-        while start < end:  # (buf starts at the old offset)
-            stop = buf.index(b"\n", start) + 1
-            try:
-                batch.records.append(parse(buf[start:stop]))
-                batch.ends.append(self._offset + stop)
-            except BadLine as exc:
-                self.bad_lines += 1
-                log.warning("%s: %s", self.path, exc)
-            start = stop
+        records, ends, bad = parse_runs(buf[:end])  # (buf starts at the old offset)
+        if bad:
+            self.bad_lines += bad
+            log.warning("%s: %d line(s) that are not conmon's skipped", self.path, bad)
+        batch = Batch(self._inode, records, [self._offset + e for e in ends])
         self._offset += end
         if self._offset - self._punched >= PUNCH_EVERY:
             self._punch()
@@ -177,8 +173,8 @@ class LogTail:
         else:  # a file system without holes: the file keeps its blocks
             self._punched = 1 << 62
 
-    async def follow(self, ended: Callable[[], bool]) -> AsyncIterator[Batch]:
-        """Batches of records as conmon writes them, until ``ended()`` says conmon is gone
+    async def follow(self, gone: trio.Event) -> AsyncIterator[Batch]:
+        """Batches of records as conmon writes them, until ``gone`` says conmon has ended
         and everything it wrote has been read. Cancellation: the cursor stays just after
         the last batch yielded."""
         while True:
@@ -186,11 +182,22 @@ class LogTail:
             if batch.records:
                 yield batch
                 continue
-            if ended():  # all of it is in the file now: read it to its end
+            if gone.is_set():  # all of it is in the file now: read it to its end
                 while (batch := self.read_available()).records:
                     yield batch
                 return
+            await self._wait(gone)
+
+    async def _wait(self, gone: trio.Event) -> None:
+        """Until conmon writes, or ends (at most ``IDLE_WAIT``)."""
+        async with trio.open_nursery() as nursery:
+            async def on_gone() -> None:
+                await gone.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(on_gone)
             await self._watch.wait(IDLE_WAIT)
+            nursery.cancel_scope.cancel()
 
     def close(self) -> None:
         self._watch.close()
