@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 
+import httpx
 import pytest
 
 from svc.network.firewall import owner_of
@@ -192,3 +193,37 @@ def test_both_sdks_see_their_containers_after_a_crash(lr: Daemon) -> None:
     lr.start()
     assert run_sdk("sdk7", SDK7, url, "after").strip() == "137"
     assert run_sdk("dockerpy1", DOCKERPY1, url, "after").strip() == "137"
+
+
+def test_exec_sessions_go_on_and_keep_their_exit_codes(lr: Daemon) -> None:
+    """An exec running when the daemon goes is known to the next one: running, then ended
+    with its own exit code; one that ended meanwhile has its code too."""
+    cli(lr, "run", "-d", "--name", "box", "busybox", "sleep", "300")
+
+    def exec_detached(c: httpx.Client, script: str) -> str:
+        eid = c.post("/v1.23/containers/box/exec",
+                     json={"Cmd": ["sh", "-c", script], "AttachStdout": False}).json()["Id"]
+        assert c.post(f"/v1.23/exec/{eid}/start", json={"Detach": True}).status_code == 200
+        return str(eid)
+
+    with _client(lr) as c:
+        long = exec_detached(c, "sleep 8; exit 5")
+        short = exec_detached(c, "sleep 0.5; exit 7")
+        assert c.get(f"/v1.23/exec/{long}/json").json()["Running"] is True
+        assert cli(lr, "exec", "box", "echo", "through conmon") == "through conmon\n"
+    go_away(lr, "kill")
+    time.sleep(1.0)  # the short one ends meanwhile
+    lr.start()
+    with _client(lr) as c:
+        got = c.get(f"/v1.23/exec/{short}/json").json()
+        assert (got["Running"], got["ExitCode"]) == (False, 7)
+        assert c.get(f"/v1.23/exec/{long}/json").json()["Running"] is True
+        wait_for(lambda: not c.get(f"/v1.23/exec/{long}/json").json()["Running"],
+                 what="the long exec's end")
+        assert c.get(f"/v1.23/exec/{long}/json").json()["ExitCode"] == 5
+        assert inspect(lr, "box", "{{.State.Status}}") == "running"
+
+
+def _client(d: Daemon) -> httpx.Client:
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(d.sock)), base_url="http://svc",
+                        timeout=30)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -64,9 +65,11 @@ def monitor_files(container_dir: Path, bundle: Path, cid: str) -> MonitorFiles:
 
 
 def reset_files(files: MonitorFiles) -> None:
-    """Blocking: a new run starts with no log, cursor or exit file of the last one."""
+    """Blocking: a new run starts with no log, cursor or exit file of the last one, nor
+    its exec sessions'."""
     for path in (files.log, files.dir / "cursor", files.exit_file):
         path.unlink(missing_ok=True)
+    shutil.rmtree(files.dir / "exec", ignore_errors=True)
 
 
 async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> MonitorHandle:

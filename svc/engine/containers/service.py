@@ -1,9 +1,8 @@
 """The containers service: records, names, and every lifecycle verb with dockerd's rules.
 
-Each verb checks the state table (``state.require``) under the container's lock, so
-two verbs never interleave on one container. Running processes belong to supervisor tasks in
-the engine's nursery (``run.Runner``); a verb that waits for an exit waits on the
-container's ``changed`` event, never on the process itself.
+Each verb checks the state table (``state.require``) under the container's lock, so two verbs
+never interleave on one container. Running processes belong to supervisor tasks in the engine's
+nursery (``run.Runner``); a verb that waits for an exit waits on ``changed``, never on a process.
 """
 
 from __future__ import annotations
@@ -118,6 +117,8 @@ class ContainerService:
 
     async def restore(self, nursery: trio.Nursery) -> None:
         await self.restorer.restore(nursery)
+        for c in [c for c in self.containers.values() if c.live and c.live.monitor]:
+            await self.execs.adopt(c)  # taken back: their exec sessions too
 
     async def connect(self, c: Container, ref: str, cfg: EndpointConfigBody | None) -> None:
         await self.networking.connect(c, ref, cfg)

@@ -32,11 +32,13 @@ SYNC_TIMEOUT = 60.0  # bound on conmon's report of runc create's outcome
 
 @dataclass(frozen=True)
 class MonitorFiles:
-    """Where conmon keeps what outlives the daemon, for container (or exec) ``uid``."""
+    """Where conmon keeps what outlives the daemon, for container (or exec) ``uid``; an exec
+    names its container in ``cid`` (conmon names the exit file after it)."""
 
     dir: Path
     bundle: Path
     uid: str
+    cid: str = ""
 
     @property
     def log(self) -> Path:
@@ -44,7 +46,7 @@ class MonitorFiles:
 
     @property
     def exit_file(self) -> Path:
-        return self.dir / self.uid
+        return self.dir / (self.cid or self.uid)
 
     @property
     def pid_file(self) -> Path:
@@ -92,16 +94,18 @@ class Conmon:
         self.binary = binary
 
     def _argv(self, files: MonitorFiles, cid: str, *, terminal: bool, stdin: bool,
-              stdin_once: bool, log_max: int) -> list[str]:
+              stdin_once: bool, log_max: int, process: Path | None) -> list[str]:
         runc = shutil.which(self.runc.binary) or self.runc.binary
         argv = [self.binary, "--api-version", "1", "-c", cid, "-u", files.uid, "-n", cid,
-                "-r", runc, "-b", str(files.bundle), "-p", str(files.bundle / "init.pid"),
+                "-r", runc, "-b", str(files.bundle), "-p", str(files.dir / "init.pid"),
                 "-P", str(files.pid_file), "-l", f"k8s-file:{files.log}",
                 "--log-size-max", str(log_max), "--exit-dir", str(files.dir),
                 "--persist-dir", str(files.dir), "--socket-dir-path", str(self.socket_dir),
                 "--syslog", "--log-level", "warning"]
         for arg in ("--root", str(self.runc.root), "--log-format", "json"):
             argv += ["--runtime-arg", arg]
+        if process is not None:  # an exec: runc exec of that process object
+            argv += ["--exec", "--exec-process-spec", str(process)]
         if terminal:
             argv.append("-t")
         if stdin:
@@ -112,9 +116,10 @@ class Conmon:
 
     async def launch(self, cid: str, files: MonitorFiles, *, terminal: bool = False,
                      stdin: bool = False, stdin_once: bool = False,
-                     log_max: int = 64 << 20) -> Monitored:
+                     log_max: int = 64 << 20, process: Path | None = None) -> Monitored:
         """conmon started over ``runc create`` of ``cid`` (its bundle in ``files``); the
-        init waits for ``runc start``.
+        init waits for ``runc start``. With ``process`` (an OCI process object's file), over
+        ``runc exec`` of it in the running container ``cid`` instead (it runs at once).
 
         Raises:
             RuntimeFailure: runc create failed (runc's words), or conmon did not report.
@@ -130,7 +135,7 @@ class Conmon:
         try:
             env = dict(os.environ, _OCI_SYNCPIPE=str(write_end))
             argv = self._argv(files, cid, terminal=terminal, stdin=stdin,
-                              stdin_once=stdin_once, log_max=log_max)
+                              stdin_once=stdin_once, log_max=log_max, process=process)
             proc = await trio.lowlevel.open_process(  # (its cwd gets an ``oom`` file)
                 argv, env=env, pass_fds=(write_end,), cwd=files.dir, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -150,7 +155,8 @@ class Conmon:
             if write_end >= 0:
                 os.close(write_end)
         try:
-            return _monitored(report, proc.returncode, stderr, files)
+            return _monitored(report, proc.returncode, stderr, files,
+                              "exec" if process is not None else "create")
         except RuntimeFailure:  # conmon ends too: reap it (the daemon is its subreaper)
             with contextlib.suppress(OSError, ValueError), trio.move_on_after(5):
                 await wait_gone(int(files.pid_file.read_text().strip()))
@@ -173,7 +179,8 @@ async def _read_report(fd: int) -> bytes:
             return out
 
 
-def _monitored(report: bytes, code: int | None, stderr: str, files: MonitorFiles) -> Monitored:
+def _monitored(report: bytes, code: int | None, stderr: str, files: MonitorFiles,
+               command: str) -> Monitored:
     pid, message = -1, ""
     for line in report.splitlines():
         try:
@@ -185,11 +192,11 @@ def _monitored(report: bytes, code: int | None, stderr: str, files: MonitorFiles
             break
     if pid <= 0:
         text = message or stderr.strip() or f"conmon exited with status {code} and no report"
-        raise failure("create", code or 1, text)
+        raise failure(command, code or 1, text)
     try:
         monitor_pid = int(files.pid_file.read_text().strip())
     except (OSError, ValueError) as exc:
-        raise failure("create", 1, f"conmon's pid file: {exc}") from exc
+        raise failure(command, 1, f"conmon's pid file: {exc}") from exc
     return Monitored(monitor_pid, pid)
 
 
