@@ -58,6 +58,7 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
     addresses = {n: _addresses(lr, n) for n in names}
     wait_for(lambda: len(_numbers(lr, "counter")) >= 5, what="the counter's first lines")
     assert cli(lr, "info", "-f", "{{json .LiveRestoreEnabled}}").strip() == "true"
+    cli(lr, "pause", "peer")
     gateway = inspect(lr, "web", "{{.NetworkSettings.Gateway}}")
     urls = [f"http://127.0.0.1:{port}/", f"http://{gateway}:{port}/"]
     assert [curl(u) for u in urls] == ["served", "served"]
@@ -77,6 +78,13 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
     assert [curl(u) for u in urls] == ["served", "served"]
     assert _port_rules(lr) == rules_before  # none made twice, none lost
     assert inspect(lr, "counter", "{{.State.Status}}") == "running"
+    assert inspect(lr, "peer", "{{.State.Status}}") == "paused"
+    cli(lr, "unpause", "peer")
+    assert "sleep 300" in cli(lr, "top", "peer")
+    assert "counter" in cli(lr, "stats", "--no-stream", "--format", "{{.Name}}", "counter")
+    follow = subprocess.run(["timeout", "1", "docker", "-H", f"unix://{lr.sock}", "logs",
+                             "-f", "--tail", "1", "counter"], capture_output=True, text=True)
+    assert len(follow.stdout.splitlines()) > 5  # logs -f gets the live stream
     # the lines written while the daemon was away are in the log: none lost, none twice
     logged = _numbers(lr, "counter")
     assert [n for _, n in logged] == list(range(len(logged)))
