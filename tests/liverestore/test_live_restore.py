@@ -6,6 +6,7 @@ policy."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -45,7 +46,8 @@ def _addresses(d: Daemon, ref: str) -> str:
 @pytest.mark.parametrize("how", ["term", "kill"])
 def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> None:
     cli(lr, "network", "create", "lrnet")
-    cli(lr, "run", "-d", "--name", "counter", "busybox", "sh", "-c", COUNTER)
+    cli(lr, "run", "-d", "--name", "counter", "--restart", "always", "busybox", "sh", "-c",
+        COUNTER)
     cli(lr, "run", "-d", "--name", "peer", "--net", "lrnet", "--net-alias", "buddy",
         "busybox", "sleep", "300")
     cli(lr, "run", "-dit", "--name", "tty", "busybox", "sh")
@@ -53,7 +55,10 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
     port = free_port()
     cli(lr, "run", "-d", "--name", "web", "-p", f"{port}:80", "busybox", "sh", "-c",
         "echo served > /index.html; exec httpd -f -p 80 -h /")
-    names = ["counter", "peer", "tty", "cat", "web"]
+    web_ip = inspect(lr, "web", "{{.NetworkSettings.IPAddress}}")
+    cli(lr, "run", "-d", "--name", "client", "busybox", "sh", "-c",
+        f"while true; do ping -c 1 -W 1 {web_ip} >/dev/null && echo reached; sleep 0.2; done")
+    names = ["counter", "peer", "tty", "cat", "web", "client"]
     pids = {n: inspect(lr, n, "{{.State.Pid}}") for n in names}
     addresses = {n: _addresses(lr, n) for n in names}
     wait_for(lambda: len(_numbers(lr, "counter")) >= 5, what="the counter's first lines")
@@ -75,6 +80,11 @@ def test_containers_run_on_while_the_daemon_is_away(lr: Daemon, how: str) -> Non
     assert sorted(cli(lr, "ps", "--format", "{{.Names}}").split()) == sorted(names)
     assert {n: inspect(lr, n, "{{.State.Pid}}") for n in names} == pids
     assert {n: _addresses(lr, n) for n in names} == addresses
+    assert inspect(lr, "counter", "{{.RestartCount}}") == "0"  # taken back, not restarted
+    # containers reached each other while the daemon was away
+    reached = [rfc3339(line.partition(" ")[0])
+               for line in cli(lr, "logs", "-t", "client").splitlines() if "reached" in line]
+    assert any(down_at < t < up_at for t in reached), "no answer from web while away"
     assert [curl(u) for u in urls] == ["served", "served"]
     assert _port_rules(lr) == rules_before  # none made twice, none lost
     assert inspect(lr, "counter", "{{.State.Status}}") == "running"
@@ -141,8 +151,11 @@ def _attach_echo(d: Daemon, ref: str, text: str) -> str:
 def test_a_container_that_exits_while_away_gets_its_exit_and_its_policy(lr: Daemon) -> None:
     cli(lr, "run", "-d", "--name", "ends", "--restart", "on-failure:1", "busybox", "sh", "-c",
         "echo run; sleep 1; echo bye; exit 3")
+    gone = cli(lr, "run", "-d", "--name", "gone", "busybox", "sleep", "300").strip()
     wait_for(lambda: "run" in cli(lr, "logs", "ends"), what="the first run")
     assert lr.stop() == 0
+    subprocess.run(["runc", "--root", str(lr.exec_root / "runc"), "delete", "--force", gone],
+                   check=True)  # removed from outside while the daemon is away
     down_at = time.time()
     time.sleep(2.0)  # it exits meanwhile
     up_at = time.time()
@@ -159,6 +172,27 @@ def test_a_container_that_exits_while_away_gets_its_exit_and_its_policy(lr: Daem
     wait_for(lambda: inspect(lr, "ends", "{{.RestartCount}}") == "1", what="its restart")
     wait_for(lambda: inspect(lr, "ends", "{{.State.Status}}") == "exited", what="its 2nd end")
     assert inspect(lr, "ends", "{{.State.ExitCode}}") == "3"
+    # the one removed from outside: exited, and nothing of it left in the runtime
+    assert inspect(lr, "gone", "{{.State.Status}} {{.State.ExitCode}}") == "exited 137"
+    runc = subprocess.run(["runc", "--root", str(lr.exec_root / "runc"), "list", "-q"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert gone not in runc
+    cli(lr, "rm", "gone")
+
+
+def test_fifty_megabytes_written_while_away_are_all_logged(lr: Daemon) -> None:
+    size = 50_000_000
+    cid = cli(lr, "run", "-d", "busybox", "sh", "-c",
+              f"sleep 1; yes 0123456789012345678901234567890123456789012345678 | "
+              f"head -c {size}; echo; echo END; sleep 300").strip()
+    lr.kill()
+    wait_for(lambda: (lr.root / "containers" / cid / "monitor" / "output.log").stat().st_size
+             > size, timeout=60, what="conmon's log of the output")
+    lr.start()
+    log = lr.root / "containers" / cid / f"{cid}-json.log"
+    wait_for(lambda: b"END" in log.read_bytes()[-200:], timeout=60, what="the end in the log")
+    logged = sum(len(json.loads(line)["log"]) for line in log.read_bytes().splitlines())
+    assert logged == size + len("\nEND\n")
 
 
 SDK7 = """

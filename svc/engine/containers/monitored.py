@@ -37,11 +37,14 @@ log = logging.getLogger("svc.engine.containers")
 # (stream, bytes, time in ns, what to call right after the log's write)
 Deliver = Callable[[str, bytes, int, Callable[[], None]], Awaitable[None]]
 UNKNOWN_EXIT = 255  # conmon went without writing an exit code (it was killed)
-# what conmon keeps of a container's output while the daemon is away; beyond it, it starts a
-# new file and the rest of the old one is lost (``LOST`` marks the place in the log)
-OUTPUT_BOUND = 64 << 20
-LOST = (b"[svc] output lost: the container wrote more than %d MiB while the daemon was "
-        b"away, and what the daemon had not read of it is gone\n" % (OUTPUT_BOUND >> 20))
+# how large conmon's log may grow while the daemon is away (each line with conmon's prefix of
+# about 45 bytes: 130 MB of 50-byte lines); beyond it, conmon starts a new file and the rest
+# of the old one is lost (``LOST`` marks the place in the log). What the daemon has read takes
+# no disk space (punched out)
+OUTPUT_BOUND = 256 << 20
+LOST = (b"[svc] output lost: the container wrote more than conmon keeps (%d MiB of log) "
+        b"while the daemon was away; what the daemon had not read of it is gone\n"
+        % (OUTPUT_BOUND >> 20))
 
 
 @dataclass
