@@ -12,7 +12,8 @@ cd "$here"
 
 APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry etcd-server apache2-utils openssl
               ca-certificates procps util-linux kmod curl
-              systemd rsyslog rsyslog-gnutls)   # journald/journalctl and rsyslogd: log drivers' tests
+              systemd rsyslog rsyslog-gnutls    # journald/journalctl and rsyslogd: log drivers' tests
+              conmon)                           # --live-restore runs containers under it
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--authorization-plugin", dest="authorization_plugins", action="append",
                    metavar="NAME", help="an authorization plugin every request must pass, "
                    "repeatable (asked in order)")
+    p.add_argument("--live-restore", dest="live_restore", action="store_true",
+                   help="keep containers running while the daemon is down (stopped, killed "
+                        "or upgraded), and take them back when it starts")
     p.add_argument("--config-file", dest="config_file", type=Path,
                    help="JSON file with the same keys as the flags "
                         f"(default {DEFAULT_CONFIG_FILE})")
@@ -135,7 +138,8 @@ _DEST_TO_KEY = {"log_driver": "log-driver", "log_opts": "log-opts",
                 "cluster_store": "cluster-store", "cluster_advertise": "cluster-advertise",
                 "cluster_store_opts": "cluster-store-opts", "plugin_dirs": "plugin-dirs",
                 "plugin_timeout": "plugin-timeout",
-                "authorization_plugins": "authorization-plugins"}
+                "authorization_plugins": "authorization-plugins",
+                "live_restore": "live-restore"}
 
 
 def load_config(argv: Sequence[str]) -> DaemonConfig | None:

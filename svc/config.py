@@ -66,6 +66,8 @@ class DaemonConfig(BaseModel):
     plugin_timeout: float = Field(30.0, alias="plugin-timeout", gt=0)
     authorization_plugins: list[str] = Field(default_factory=list,
                                              alias="authorization-plugins")
+    # containers outlive the daemon (under conmon) and are taken back at its start
+    live_restore: bool = Field(False, alias="live-restore")
 
     @field_validator("log_level", mode="before")
     @classmethod

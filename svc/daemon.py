@@ -44,6 +44,7 @@ from svc.errors import InvalidParameter
 from svc.memory import freeze_imports, scavenge, tune_heap
 from svc.registry.transport import RegistryConfig
 from svc.runtime.cgroups import CgroupV1
+from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.runc import Runc
 from svc.storage.lock import RootInUse
 from svc.storage.store import ObjectStore
@@ -114,8 +115,10 @@ def registry_config(config: DaemonConfig) -> RegistryConfig:
 def host_adapters(config: EngineConfig) -> Adapters:
     """The engine's adapters on this host: runc (or the configured runtime, which speaks
     runc's command line), the cgroup v1 tree, the on-disk store under the root."""
-    return Adapters(runtime=Runc(config.exec_root / "runc", config.runtime),
-                    cgroups=CgroupV1(), store=ObjectStore(config.root))
+    runc = Runc(config.exec_root / "runc", config.runtime)
+    monitor = Conmon(runc, config.exec_root / "conmon") if config.live_restore else None
+    return Adapters(runtime=runc, cgroups=CgroupV1(), store=ObjectStore(config.root),
+                    monitor=monitor)
 
 
 def run_daemon(config: DaemonConfig,
@@ -132,6 +135,9 @@ def run_daemon(config: DaemonConfig,
     if shutil.which(config.runtime) is None:
         log.warning("OCI runtime %r not found: containers cannot run until it is installed",
                     config.runtime)
+    if config.live_restore and shutil.which("conmon") is None:
+        raise DaemonError("--live-restore runs containers under conmon, which is not "
+                          "installed (apt-get install conmon)")
     claim_pidfile(config.pidfile)
     # Each connection costs a descriptor and the connection cap is half the soft limit: raise
     # it to the hard limit as dockerd does (containers get their own from the spec).
@@ -155,7 +161,8 @@ def run_daemon(config: DaemonConfig,
                                          plugin_dirs=tuple(config.plugin_dirs),
                                          plugin_timeout=config.plugin_timeout,
                                          authorization_plugins=tuple(
-                                             config.authorization_plugins))
+                                             config.authorization_plugins),
+                                         live_restore=config.live_restore)
             engine = Engine(engine_config, host_adapters(engine_config))
         except InvalidParameter as exc:  # --bridge, --bip
             raise DaemonError(str(exc)) from None

@@ -44,6 +44,7 @@ from svc.plugins.manager import PluginManager
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches, reap_orphans
@@ -72,6 +73,7 @@ class EngineConfig:
     plugin_dirs: tuple[Path, ...] = ()  # empty: the default directories
     plugin_timeout: float = CALL_TIMEOUT
     authorization_plugins: tuple[str, ...] = ()
+    live_restore: bool = False  # containers outlive the daemon (under ``Adapters.monitor``)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Adapters:
     runtime: Runtime
     cgroups: CgroupV1
     store: ObjectStore
+    monitor: Conmon | None = None  # live restore: what containers run under
 
 
 class Engine:
@@ -118,6 +121,7 @@ class Engine:
             delete=self._delete_volume)
         self.networks = NetworkService(self.events, config.bridge, config.bip,
                                        list(config.dns), self.plugins)
+        self.networks.ports.loopback_rules = config.live_restore  # (no proxy while away)
         self.networks.save = lambda nid, rec: self.save_record("networks", nid, rec)
         self.networks.delete = lambda nid: self.delete_record("networks", nid)
         self.launches = Launches()  # shared by the runner and the orphan reaper
@@ -129,7 +133,7 @@ class Engine:
             exec_root=config.exec_root, cgroup_parent=config.cgroup_parent,
             save=self._save_container, delete=self._delete_container,
             auto_remove=self._auto_remove, knobs=self._probe_knobs(),
-            log_defaults=config.log_defaults, trash=self.trash)
+            log_defaults=config.log_defaults, trash=self.trash, monitor=adapters.monitor)
         self.volumes.referrers = self.containers.volume_users
         self.builder = Builder(config.root, self.images, self.containers, self.puller)
         self.cluster = ClusterSession(config.cluster, lookup=interface_address,
@@ -207,10 +211,12 @@ class Engine:
 
     async def stop_containers(self) -> None:
         """Shutdown: stop every running container (stop signal, then SIGKILL), then take the
-        bridge's outbound rules away."""
+        bridge's outbound rules away. With live restore the containers and the rules stay
+        (the supervisors let go of them when the engine's tasks are cancelled)."""
         with trio.CancelScope(shield=True):
-            await self.containers.stop_all(self.config.shutdown_timeout)
-            await self.networks.shutdown()
+            if not self.config.live_restore:
+                await self.containers.stop_all(self.config.shutdown_timeout)
+                await self.networks.shutdown()
             await self.cluster.leave()
 
     def _nodes(self) -> list[tuple[str, bool]]:
@@ -284,6 +290,7 @@ class Engine:
             registry=self.config.registry, logging_driver=self.config.log_defaults.driver,
             cluster=self.cluster.status(),
             log_dropped=self.containers.runner.supervisor.log_dropped.total,
+            live_restore=self.config.live_restore,
             plugins=PluginsInfo(
                 Volume=["local", *self.plugins.activated("VolumeDriver")],
                 Network=["bridge", "host", "null", *self.plugins.activated("NetworkDriver")],

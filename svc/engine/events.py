@@ -303,9 +303,12 @@ class EventBus:
         self._trim_at = len(self._log) + self._keep
 
     def publish(self, type: str, action: str, actor_id: str,
-                attributes: Mapping[str, str] | None = None) -> Event:
-        """Record an event and wake the subscribers. Never blocks; O(1) in subscribers."""
-        ev = Event(type, action, actor_id, dict(attributes or {}), time.time_ns())
+                attributes: Mapping[str, str] | None = None, *,
+                at_ns: int | None = None) -> Event:
+        """Record an event and wake the subscribers. Never blocks; O(1) in subscribers.
+        ``at_ns``: when it happened, if not now (an exit seen after the daemon's restart)."""
+        ev = Event(type, action, actor_id, dict(attributes or {}),
+                   time.time_ns() if at_ns is None else at_ns)
         self._append(ev)
         if self._seq % SCAN_EVERY == 0:
             self._cut_stalled()

@@ -137,7 +137,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
                 listeners: int, registry: Registries,
                 logging_driver: str = "json-file",
                 plugins: PluginsInfo, cluster: ClusterStatus | None = None,
-                log_dropped: int = 0) -> SystemInfo:
+                log_dropped: int = 0, live_restore: bool = False) -> SystemInfo:
     total, running, paused, stopped = containers
     cg = host.CgroupFeatures()
     env = os.environ
@@ -175,6 +175,7 @@ def system_info(*, engine_id: str, root: Path, runtime: str, debug: bool,
         Name=host.hostname(), Labels=[], ExperimentalBuild=False, ServerVersion=SVC_VERSION,
         ClusterStore=cluster.store if cluster else "",
         ClusterAdvertise=cluster.advertise if cluster else "",
+        LiveRestoreEnabled=live_restore,
     )
 
 

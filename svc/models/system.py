@@ -92,6 +92,7 @@ class SystemInfo(WireModel):
     ClusterStore: str = ""
     ClusterAdvertise: str = ""
     DiscoveryBackend: str = ""
+    LiveRestoreEnabled: bool = False  # (from API 1.25 engines on; harmless before)
 
 
 class AuthBody(WireModel):

@@ -29,7 +29,7 @@ import hashlib
 import re
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -119,11 +119,35 @@ class Firewall:
                     self._known = None  # changed behind our back: read the tables again
             self._sync({scope: wanted}, only=scope)
 
-    def reconcile(self, desired: Mapping[str, Iterable[Rule]]) -> int:
+    def reconcile(self, desired: Mapping[str, Iterable[Rule]],
+                  keep: Callable[[str], bool] | None = None) -> int:
         """Make every scope of this owner exactly ``desired`` (a scope not named loses its
-        rules); returns how many rules went."""
+        rules, unless ``keep(scope)``: those stay as they are); returns how many rules
+        went."""
         with self._lock:
-            return self._sync({s: list(r) for s, r in desired.items()}, only=None)
+            return self._sync({s: list(r) for s, r in desired.items()}, only=None, keep=keep)
+
+    def drop(self, scopes: Callable[[str], bool]) -> int:
+        """Remove the rules of every scope of this owner that ``scopes`` names; how many."""
+        with self._lock:
+            saved = parse_save(self._run(["iptables-save"]))
+            tables: dict[str, list[str]] = {}
+            for table, lines in saved.lines.items():
+                for line in lines:
+                    scope = self._scope_of(line)
+                    if scope is not None and scopes(scope):
+                        tables.setdefault(table, []).append("-D" + line[2:])
+            if tables:
+                self._known = None
+                self._restore(tables)
+            return sum(len(v) for v in tables.values())
+
+    def _scope_of(self, line: str) -> str | None:
+        m = _COMMENT.search(line)
+        prefix = f"svc:{self.owner}:"
+        if m is None or not m.group(1).startswith(prefix):
+            return None
+        return m.group(1)[len(prefix):].partition(":")[0]
 
     def clear(self) -> int:
         """Remove every rule and chain of this owner; returns how many rules went."""
@@ -156,7 +180,7 @@ class Firewall:
         self._chains = known_chains.chains["filter"] & {self.iso1, self.iso2}
 
     def _sync(self, desired: dict[str, list[Rule]], only: str | None,
-              drop_chains: bool = False) -> int:
+              drop_chains: bool = False, keep: Callable[[str], bool] | None = None) -> int:
         saved = parse_save(self._run(["iptables-save"]))
         want = {self.comment(scope, r): r for scope, rules in desired.items() for r in rules}
         prefix = f"svc:{self.owner}:" + (f"{only}:" if only is not None else "")
@@ -167,6 +191,8 @@ class Firewall:
             for line in lines:
                 m = _COMMENT.search(line)
                 if m is None or not m.group(1).startswith(prefix):
+                    continue
+                if keep is not None and keep(self._scope_of(line) or ""):
                     continue
                 if m.group(1) in want and m.group(1) not in have:
                     have.add(m.group(1))
@@ -187,7 +213,9 @@ class Firewall:
             except FirewallError:
                 self._known = None
                 raise
-        if only is None:  # a full read: from now on the daemon knows its rules
+        if keep is not None:  # rules it kept unread: read the tables before the next change
+            self._known = None
+        elif only is None:  # a full read: from now on the daemon knows its rules
             self._known = {} if drop_chains else dict(want)
             self._chains = set() if drop_chains else \
                 saved.chains.get("filter", set()) & {self.iso1, self.iso2}

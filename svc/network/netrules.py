@@ -44,21 +44,38 @@ def isolation_rules(bridges: list[str], stage1: str, stage2: str) -> list[Rule]:
 
 
 def dnat_rules(bridge: str, proto: str, host_ip: str, host_port: int, ip: str,
-               port: int) -> list[Rule]:
+               port: int, *, loopback: bool = False) -> list[Rule]:
     """dockerd's rules for a published port beside the userland proxy: traffic to the host
     port from elsewhere (and from this host to a non-loopback address of its own) is DNATed
     straight to the container, and accepted on its way into the bridge. Loopback traffic
-    goes through the proxy, so a port bound on a loopback address has no rules."""
-    if host_ip and ipaddress.ip_address(host_ip).is_loopback:
+    goes through the proxy, so a port bound on a loopback address has no rules.
+
+    With ``loopback`` (live restore: the proxy is gone while the daemon is) the rules carry
+    loopback traffic too, as dockerd's ``--userland-proxy=false`` did: DNATed in OUTPUT and
+    masqueraded out of the bridge, which needs the bridge's ``route_localnet``."""
+    is_loopback = bool(host_ip) and ipaddress.ip_address(host_ip).is_loopback
+    if is_loopback and not loopback:
         return []
     anywhere = not host_ip or host_ip in ("0.0.0.0", "::")
     dest = ["-m", "addrtype", "--dst-type", "LOCAL"] if anywhere else ["-d", host_ip]
-    local = ["!", "-d", "127.0.0.0/8"] if anywhere else []
+    local = ["!", "-d", "127.0.0.0/8"] if anywhere and not loopback else []
     to = ["-j", "DNAT", "--to-destination", f"{ip}:{port}"]
     match = ["-p", proto, "--dport", str(host_port)]
-    return [
-        rule("nat", "PREROUTING", *dest, "!", "-i", bridge, *match, *to),
+    rules = [] if is_loopback else [rule("nat", "PREROUTING", *dest, "!", "-i", bridge,
+                                         *match, *to)]
+    rules += [
         rule("nat", "OUTPUT", *dest, *local, *match, *to),
         rule("filter", "FORWARD", "-d", ip, "!", "-i", bridge, "-o", bridge, "-p", proto,
              "--dport", str(port), "-j", "ACCEPT"),
     ]
+    if loopback:
+        rules.append(rule("nat", "POSTROUTING", "-s", "127.0.0.0/8", "-o", bridge, "-d", ip,
+                          "-p", proto, "--dport", str(port), "-j", "MASQUERADE"))
+    return rules
+
+
+def route_localnet(bridge: str) -> None:
+    """Let ``bridge`` route loopback-sourced packets (masqueraded on their way out): the
+    loopback DNAT of ``dnat_rules(loopback=True)`` needs it. Blocking (a sysctl write)."""
+    with open(f"/proc/sys/net/ipv4/conf/{bridge}/route_localnet", "w") as f:
+        f.write("1")

@@ -31,7 +31,8 @@ class Daemon:
 
     def __init__(self, args: Sequence[str] = (), *, probe: bool = True,
                  workdir: Path | None = None, hosts: Sequence[str] | None = None,
-                 env: dict[str, str] | None = None, netns: str | None = None) -> None:
+                 env: dict[str, str] | None = None, netns: str | None = None,
+                 source: Path | None = None) -> None:
         # Short paths: unix socket names are limited to 108 bytes.
         self.dir = workdir or Path(tempfile.mkdtemp(prefix="svct-", dir="/tmp"))
         self._own_dir = workdir is None
@@ -45,6 +46,7 @@ class Daemon:
         self.args = list(args)
         self.env = dict(env or {})
         self.probe = probe
+        self.source = source or REPO  # the tree whose svcd runs (another build: an upgrade)
         # a network namespace of the test's (another host): only the daemon's network
         # namespace changes (nsenter --net), so its cgroups, mounts and socket are the host's
         self.netns = netns
@@ -89,8 +91,8 @@ class Daemon:
             cfg.write_text("{}")
         log = open(self.logfile, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
-        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=log, env=env,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.command(), cwd=self.source, stdout=log, stderr=log,
+                                     env=env, stdin=subprocess.DEVNULL)
         log.close()
         if wait:
             self.wait_ready(timeout)

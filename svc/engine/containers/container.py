@@ -13,7 +13,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -24,6 +24,9 @@ from svc.engine.networks.endpoints import EndpointPlan
 from svc.models.containers import ContainerConfig
 from svc.models.containers import HostConfigBody as HostConfig
 from svc.storage.jsonlog.writer import JsonLogWriter
+
+if TYPE_CHECKING:
+    from svc.engine.containers.monitored import MonitorHandle
 
 ID_BYTES = 32
 
@@ -78,6 +81,8 @@ class Live:
     # file system from here while the supervisor tears it down
     ended: trio.Event = field(default_factory=trio.Event)
     code: int = -1
+    # under conmon (live restore): its process, files, the log's cursor, the stdin socket
+    monitor: MonitorHandle | None = None
 
 
 @dataclass
@@ -98,6 +103,7 @@ class Container:
     dir: Path = Path("/")  # <root>/containers/<id>
     live: Live | None = None
     exec_ids: list[str] = field(default_factory=list)
+    monitor_pid: int = 0  # its conmon while it runs under one (live restore)
     mounts: list[MountPoint] = field(default_factory=list)  # mounts.plan
     net_config: dict[str, EndpointPlan] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
@@ -205,7 +211,8 @@ class Container:
                 "has_been_started": self.has_been_started,
                 "manually_stopped": self.manually_stopped,
                 "mounts": [m.model_dump() for m in self.mounts],
-                "net_config": {k: v.record() for k, v in self.net_config.items()}}
+                "net_config": {k: v.record() for k, v in self.net_config.items()},
+                **({"monitor_pid": self.monitor_pid} if self.monitor_pid else {})}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
@@ -222,6 +229,7 @@ class Container:
                    mounts=[MountPoint.model_validate(m) for m in rec.get("mounts") or []],
                    net_config={str(k): EndpointPlan.from_record(dict(v))
                                for k, v in (rec.get("net_config") or {}).items()},
+                   monitor_pid=int(rec.get("monitor_pid") or 0),
                    dir=containers_dir / cid)
 
 

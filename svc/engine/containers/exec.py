@@ -17,6 +17,7 @@ import json
 import secrets
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from svc.engine.containers.attach import (
     session,
 )
 from svc.engine.containers.container import Container
+from svc.engine.containers.execmon import adopt_execs, launch_exec, supervise_exec
+from svc.engine.containers.monitored import MonitorHandle
 from svc.engine.containers.run import Runner, start_failure
 from svc.engine.containers.spec import HostFacts
 from svc.engine.containers.state import State, require
@@ -65,6 +68,7 @@ class ExecInstance:
     hub: OutputHub = field(default_factory=OutputHub)
     exited: trio.Event = field(default_factory=trio.Event)
     started_event: trio.Event = field(default_factory=trio.Event)
+    monitor: MonitorHandle | None = None  # under conmon (live restore)
 
 
 class ExecService:
@@ -104,6 +108,24 @@ class ExecService:
         for exec_id in c.exec_ids:
             self.instances.pop(exec_id, None)
         c.exec_ids.clear()
+
+    async def adopt(self, c: Container) -> None:
+        """The exec sessions of ``c`` (taken back by a restarted daemon) that ran under
+        conmon: known again, followed until they end."""
+        found = await trio.to_thread.run_sync(adopt_execs, c, partial(self._remade, c))
+        for inst, _, _ in found:
+            self.instances[inst.id] = inst
+            c.exec_ids.append(inst.id)
+            inst.started_event.set()
+            self.runner.spawn(supervise_exec, inst)
+
+    @staticmethod
+    def _remade(c: Container, rec: dict[str, Any]) -> ExecInstance:
+        return ExecInstance(str(rec["id"]), c, [str(a) for a in rec["cmd"]], bool(rec["tty"]),
+                            bool(rec["attach_stdin"]), bool(rec["attach_stdout"]),
+                            bool(rec["attach_stderr"]), str(rec["user"]),
+                            bool(rec["privileged"]),
+                            str(rec.get("detach_keys") or "").encode("latin-1"))
 
     def waited_pids(self) -> set[int]:
         return {i.pid for i in self.instances.values() if i.running and i.pid}
@@ -177,6 +199,11 @@ class ExecService:
         # The command may exit before runc does: its zombie is ours, not the orphan reaper's.
         with self.launches.launching():
             try:
+                if self.runner.monitor is not None:  # (live restore: it outlives the daemon)
+                    await launch_exec(self.runner.monitor, inst, process)
+                    inst.started_event.set()
+                    self.runner.spawn(supervise_exec, inst)
+                    return
                 if inst.tty:
                     created = await self.runtime.exec(c.id, process, terminal=True)
                 else:

@@ -154,8 +154,10 @@ class ContainerOps:
         if ref is not None:
             async with images.lock:
                 await images.add_ref(image, ref, force=True)
-        attrs = {"comment": comment} if comment else {}
-        self.runner.event(c, "commit", **attrs)
+        if comment:
+            self.runner.event(c, "commit", comment=comment)
+        else:
+            self.runner.event(c, "commit")
         return image
 
     async def sizes(self, c: Container) -> tuple[int, int]:

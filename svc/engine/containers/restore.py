@@ -1,9 +1,9 @@
 """Restoring containers when the daemon starts: no container runs without a supervisor.
 
 After a crash (or a clean restart), ones the records say were running are killed and torn
-down and recorded as exited (137 when svc killed them, 255 when they had died unseen); a
-removal the crash interrupted is finished; then ``always`` and ``unless-stopped`` containers
-start again.
+down and recorded as exited (137 when svc killed them, 255 when they had died unseen), unless
+they run under conmon (live restore): those are taken back (``adopt``); a removal the crash
+interrupted is finished; then ``always`` and ``unless-stopped`` containers start again.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from svc.engine.containers.adopt import adopt
 from svc.engine.containers.container import Container, now_ns
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.rootfs import unmount_quietly
@@ -92,12 +93,21 @@ class ContainerRestore:
             log.warning("cannot list the runtime's containers: %s", exc)
             in_runc = set(self.registry.containers)
         mounted = set(await trio.to_thread.run_sync(mounts_under, self.dir))
+        adopted: set[str] = set()
         for c in list(self.registry.all()):
             try:
+                if c.state.status in (State.RUNNING, State.PAUSED) and \
+                        await adopt(c, self.runner, nursery):
+                    adopted.add(c.id)
+                    continue
                 await self._restore_one(c, in_runc, mounted)
             except Exception:  # one damaged container must not keep the daemon from starting
                 log.exception("restoring container %s failed", c.short_id)
+        if self.runner.monitor is not None:  # (their rules were kept for those taken back)
+            await self.runner.networks.ports.forget_others(adopted)
         for c in list(self.registry.all()):
+            if c.id in adopted:  # its supervisor applies its policy if it exited
+                continue
             policy = c.host_config.RestartPolicy.Name or "no"
             if policy == "always" or (policy == "unless-stopped" and not c.manually_stopped):
                 if not c.has_been_started:
@@ -116,6 +126,7 @@ class ContainerRestore:
             code, error = await self._reap_orphan(c)
             transition(c.state, "exited")
             c.state.pid, c.state.finished_ns = 0, now_ns()
+            c.monitor_pid = 0
             c.state.exit_code, c.state.error = code, error
             await self.save(c)
         elif was is State.REMOVING:

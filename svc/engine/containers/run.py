@@ -25,6 +25,7 @@ import trio
 
 from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
+from svc.engine.containers.monitored import MonitorHandle, create_monitored
 from svc.engine.containers.overlay import Overlay
 from svc.engine.containers.rootfs import image_dir
 from svc.engine.containers.shipping import open_shipping
@@ -40,6 +41,7 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
+from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.mounts import mounts_under
 from svc.runtime.process import ContainerPipes, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
@@ -76,8 +78,10 @@ class Runner:
                  launches: Launches, facts: HostFacts, exec_root: Path, cgroup_parent: str,
                  save: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
-                 resolve: Callable[[str], Container], trash: Trash | None = None) -> None:
+                 resolve: Callable[[str], Container], trash: Trash | None = None,
+                 monitor: Conmon | None = None) -> None:
         self.runtime = runtime
+        self.monitor = monitor  # live restore: containers run under conmon
         self.trash = trash  # removed containers' directories, deleted in the background
         self.cgroups = cgroups
         self.images = images
@@ -119,10 +123,11 @@ class Runner:
         parent = c.host_config.CgroupParent or self.cgroup_parent
         return cgroups_path(parent, c.id)
 
-    def event(self, c: Container, action: str, **extra: str) -> None:
+    def event(self, c: Container, action: str, *, at_ns: int | None = None,
+              **extra: str) -> None:
         attrs = dict(c.config.Labels or {})
         attrs.update(image=c.config.Image or c.image_id, name=c.bare_name, **extra)
-        self.events.publish("container", action, c.id, attrs)
+        self.events.publish("container", action, c.id, attrs, at_ns=at_ns)
 
     async def settle_exit(self, c: Container, limit: float = 5.0) -> bool:
         """The runtime says ``c`` is gone (or not running) while svc still believes it runs:
@@ -219,6 +224,7 @@ class Runner:
     async def _create_mounted(self, c: Container) -> tuple[Live, ContainerPipes | None]:
         await self.mount(c)
         pipes: ContainerPipes | None = None
+        handle: MonitorHandle | None = None
         try:
             await self._mount_volumes(c)
             nets = self.networks
@@ -239,7 +245,9 @@ class Runner:
             if self.runtime.has_state(c.id):  # a leftover of a crash (one stat, else none)
                 with contextlib.suppress(RuntimeFailure):
                     await self.runtime.delete(c.id, force=True)
-            if c.tty:
+            if self.monitor is not None:
+                created, handle = await create_monitored(self.monitor, c, bundle)
+            elif c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
                 pipes = open_pipes(stdin=c.config.OpenStdin)
@@ -261,9 +269,14 @@ class Runner:
                     await pipes.aclose()
             with trio.CancelScope(shield=True):
                 await self.teardown(c)
+                if handle is not None:
+                    handle.close()
+                    c.monitor_pid = 0
             raise
         live = Live(created.pid, cgroup=self.cgroup_of(c), console=created.console,
-                    stdin=pipes.stdin if pipes is not None else None)
+                    stdin=pipes.stdin if pipes is not None else None, monitor=handle)
+        if handle is not None:  # stdin and resize through conmon
+            live.console, live.stdin = (handle.input, None) if c.tty else (None, handle.input)
         c.live = live
         return live, pipes
 

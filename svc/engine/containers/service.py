@@ -1,9 +1,8 @@
 """The containers service: records, names, and every lifecycle verb with dockerd's rules.
 
-Each verb checks the state table (``state.require``) under the container's lock, so
-two verbs never interleave on one container. Running processes belong to supervisor tasks in
-the engine's nursery (``run.Runner``); a verb that waits for an exit waits on the
-container's ``changed`` event, never on the process itself.
+Each verb checks the state table (``state.require``) under the container's lock, so two verbs
+never interleave on one container. Running processes belong to supervisor tasks in the engine's
+nursery (``run.Runner``); a verb that waits for an exit waits on ``changed``, never on a process.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1, Knobs
+from svc.runtime.conmon.monitor import Conmon
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches
 from svc.storage.fsutil import remove_tree
@@ -78,7 +78,7 @@ class ContainerService:
                  delete: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
                  knobs: Knobs | None, log_defaults: LogDefaults | None = None,
-                 trash: Trash | None = None) -> None:
+                 trash: Trash | None = None, monitor: Conmon | None = None) -> None:
         self.dir = root / "containers"
         self.log_defaults = log_defaults or LogDefaults()
         self.images = images
@@ -91,7 +91,7 @@ class ContainerService:
                              volumes=volumes, networks=networks, launches=launches, facts=facts,
                              exec_root=exec_root, cgroup_parent=cgroup_parent, save=save,
                              auto_remove=auto_remove, resolve=self.registry.resolve,
-                             trash=trash)
+                             trash=trash, monitor=monitor)
         self.fs = ContainerFS(self.runner, images, runtime)
         self.execs = ExecService(self.runner, runtime, launches, facts)
         self.stats = StatsService(self.runner, cgroups)
@@ -117,6 +117,8 @@ class ContainerService:
 
     async def restore(self, nursery: trio.Nursery) -> None:
         await self.restorer.restore(nursery)
+        for c in [c for c in self.containers.values() if c.live and c.live.monitor]:
+            await self.execs.adopt(c)  # taken back: their exec sessions too
 
     async def connect(self, c: Container, ref: str, cfg: EndpointConfigBody | None) -> None:
         await self.networking.connect(c, ref, cfg)

@@ -20,11 +20,18 @@ from svc.engine.containers.attach import OutputHub, output_chunks
 from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
 from svc.engine.containers.logguard import GuardedLog
+from svc.engine.containers.monitored import (
+    UNKNOWN_EXIT,
+    MonitorHandle,
+    exit_time_ns,
+    follow,
+)
 from svc.engine.containers.shipping import Dropped, Shipper
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.logdrivers.pump import LogPump
 from svc.runtime.cgroups import CgroupV1
+from svc.runtime.conmon.monitor import wait_gone
 from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.jsonlog.options import on_full, parse_log_opts
@@ -93,45 +100,85 @@ class Supervisor:
     async def _supervise_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
                              guard: GuardedLog | None, shipper: Shipper | None) -> None:
         """Watch, then record the exit whatever happened: every step of the ending runs
-        (a full disk fails the log's last lines and the record's save, never the ending)."""
+        (a full disk fails the log's last lines and the record's save, never the ending).
+        A container under conmon is let go instead when the daemon stops (live restore)."""
         code = -1
+        let_go = False
         try:
             code = await self._watch(c, live, pipes, guard, shipper)
         except Exception:
             log.exception("watching container %s failed; it is killed", c.short_id)
+        except BaseException as exc:  # cancelled: the daemon stops
+            let_go = live.monitor is not None and _cancelled(exc)
+            raise
         finally:
             with trio.CancelScope(shield=True):
-                if code < 0:  # cancelled: kill what no one supervises any more
-                    with contextlib.suppress(RuntimeFailure):
-                        await self.runtime.kill(c.id, signal.SIGKILL)
-                    with trio.move_on_after(5):
-                        code = await wait_pid(live.pid)
-                if guard is not None:
-                    guard.close()
-                if pipes is not None:
-                    await pipes.aclose()
-                if live.console is not None:
-                    await live.console.aclose()
-                c.hub.end_run()
-                oom = self._oom_killed(c)
-                if live.launched is not None:  # not under a runc start, and after ``start``
-                    with trio.move_on_after(LAUNCH_WAIT):
-                        await live.launched.wait()
-                live.code = live.start_failure[0] if live.start_failure is not None else code
-                live.ended.set()
-                await self.teardown(c)
-                if live.start_failure is not None:
-                    code, c.state.error = live.start_failure
-                await self._exited(c, code, oom)
-                live.exited.set()
+                if let_go:
+                    self._let_go(c, live, guard)
+                else:
+                    code = await self._end_run(c, live, pipes, guard, code)
         if c.host_config.AutoRemove:
             await self.auto_remove(c)
             return
         if live.start_failure is None:  # a start that failed is the caller's error, no restart
             await self._maybe_restart(c, code)
 
+    def _let_go(self, c: Container, live: Live, guard: GuardedLog | None) -> None:
+        """The daemon stops and the container goes on under conmon: the log is closed with
+        its unfinished line left unwritten (the cursor is before it: read again at the next
+        start), the descriptors are let go; nothing is torn down or recorded."""
+        if guard is not None:
+            guard.writer.drop_pending()
+            guard.close()
+        assert live.monitor is not None
+        live.monitor.close()
+        c.hub.end_run()
+        log.info("container %s keeps running under conmon (pid %d)", c.short_id,
+                 live.monitor.pid)
+
+    async def _end_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
+                       guard: GuardedLog | None, code: int) -> int:
+        """The process is gone (or is killed now, if watching it failed): close its
+        streams, tear it down, record the exit; returns the exit code recorded."""
+        if code < 0:  # cancelled: kill what no one supervises any more
+            with contextlib.suppress(RuntimeFailure):
+                await self.runtime.kill(c.id, signal.SIGKILL)
+            with trio.move_on_after(5):
+                code = await self._wait_gone(live)
+        if guard is not None:
+            guard.close()
+        if pipes is not None:
+            await pipes.aclose()
+        if live.console is not None:
+            await live.console.aclose()
+        if live.monitor is not None:
+            live.monitor.close()
+        c.hub.end_run()
+        oom = self._oom_killed(c)
+        if live.launched is not None:  # not under a runc start, and after ``start``
+            with trio.move_on_after(LAUNCH_WAIT):
+                await live.launched.wait()
+        live.code = live.start_failure[0] if live.start_failure is not None else code
+        live.ended.set()
+        await self.teardown(c)
+        if live.start_failure is not None:
+            code, c.state.error = live.start_failure
+        at = exit_time_ns(live.monitor.files) if live.monitor is not None else None
+        await self._exited(c, code, oom, at)
+        live.exited.set()
+        return code
+
+    async def _wait_gone(self, live: Live) -> int:
+        if live.monitor is None:
+            return await wait_pid(live.pid)
+        await wait_gone(live.monitor.pid)
+        code = live.monitor.files.exit_code()
+        return UNKNOWN_EXIT if code is None else code
+
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
                      guard: GuardedLog | None, shipper: Shipper | None) -> int:
+        if live.monitor is not None:
+            return await self._watch_monitored(c, live.monitor, guard, shipper)
         sources: list[tuple[Any, str]] = (
             [(pipes.stdout, "stdout"), (pipes.stderr, "stderr")] if pipes is not None
             else [(live.console, "stdout")])
@@ -148,6 +195,22 @@ class Supervisor:
             nursery.cancel_scope.cancel()
         return code
 
+    async def _watch_monitored(self, c: Container, handle: MonitorHandle,
+                               guard: GuardedLog | None, shipper: Shipper | None) -> int:
+        """The output from conmon's log (stamped when conmon read it), then the exit code
+        conmon wrote; the streams end only once it has gone (a let-go leaves them open)."""
+        async def deliver(name: str, chunk: bytes, ts: int, logged: Callable[[], None]
+                          ) -> None:
+            await _deliver(name, chunk, ts, guard, shipper, c.hub, logged)
+
+        def settled() -> bool:
+            return guard is None or guard.writer.pending() == (b"", b"")
+
+        code = await follow(handle, deliver, settled)
+        for name in ("stdout", "stderr"):
+            _end_stream(name, guard, shipper, c.hub)
+        return code
+
     def _oom_killed(self, c: Container) -> bool:
         """Whether the kernel's OOM killer acted in the container's memory cgroup."""
         try:
@@ -160,18 +223,21 @@ class Supervisor:
                 return int(value) > 0
         return False
 
-    async def _exited(self, c: Container, code: int, oom: bool) -> None:
+    async def _exited(self, c: Container, code: int, oom: bool, at: int | None = None) -> None:
+        """Record the exit (``at``: when it happened, if it was seen late: while the
+        daemon was away) and send ``oom`` and ``die``."""
         c.live = None
         st = c.state
         transition(st, "exited")
         c.hub.exit_recorded()  # with the transition: no attach sees one without the other
-        st.pid, st.exit_code, st.finished_ns = 0, code, now_ns()
+        st.pid, st.exit_code, st.finished_ns = 0, code, at or now_ns()
+        c.monitor_pid = 0
         st.oom_killed = oom
         await self.save_or_defer(c)
         c.exits, c.last_exit_code = c.exits + 1, code
         if oom:
-            self.event(c, "oom")
-        self.event(c, "die", exitCode=str(code))
+            self.event(c, "oom", at_ns=at)
+        self.event(c, "die", at_ns=at, exitCode=str(code))
         c.notify()
 
     async def save_or_defer(self, c: Container) -> None:
@@ -236,6 +302,13 @@ class Supervisor:
             self.event(c, "restart")
 
 
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation (or a group of nothing else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
 def _open_log(c: Container) -> GuardedLog | None:
     if c.log_driver() != "json-file":
         return None
@@ -248,27 +321,43 @@ def _open_log(c: Container) -> GuardedLog | None:
 async def _copy_output(stream: Any, name: str, guard: GuardedLog | None,
                        shipper: Shipper | None, hub: OutputHub, done: trio.Event) -> None:
     """Copy one output stream to the log (or the log driver's receiver) and the attached
-    clients until EOF (a pty master reports EIO at the end). Each log write is handed to the
-    ``logs -f`` taps in the same step, with the writer's position after it."""
-    code = STDOUT if name == "stdout" else STDERR
+    clients until EOF (a pty master reports EIO at the end)."""
     try:
         async with aclosing(output_chunks(stream)) as chunks:
             async for chunk in chunks:
-                if guard is not None:
-                    ts = time.time_ns()
-                    written, made = await guard.write(name, chunk, ts, records=bool(hub.taps))
-                    if written and hub.taps:
-                        hub.logged(Tapped(code, chunk, ts, *guard.writer.position(),
-                                          records=made))
-                elif shipper is not None:
-                    await shipper.put(name, chunk, time.time_ns())
-                await hub.publish(code, chunk)
+                await _deliver(name, chunk, time.time_ns(), guard, shipper, hub)
     finally:
-        if shipper is not None:
-            shipper.end_stream(name, time.time_ns())
-        if guard is not None:
-            ts = time.time_ns()
-            guard.flush(ts, name)  # this stream's unfinished line: the other may go on
-            if hub.taps:
-                hub.logged(Tapped(code, b"", ts, *guard.writer.position(), flush=True))
+        _end_stream(name, guard, shipper, hub)
         done.set()
+
+
+async def _deliver(name: str, chunk: bytes, ts: int, guard: GuardedLog | None,
+                   shipper: Shipper | None, hub: OutputHub,
+                   logged: Callable[[], None] | None = None) -> None:
+    """One chunk of output to the log (or the log driver's receiver) and the attached
+    clients. Each log write is handed to the ``logs -f`` taps in the same step, with the
+    writer's position after it; ``logged`` runs right after the log's write, with no
+    checkpoint between them (a live-restored container's cursor moves there)."""
+    code = STDOUT if name == "stdout" else STDERR
+    if guard is not None:
+        written, made = await guard.write(name, chunk, ts, records=bool(hub.taps))
+        if written and hub.taps:
+            hub.logged(Tapped(code, chunk, ts, *guard.writer.position(), records=made))
+    elif shipper is not None:
+        await shipper.put(name, chunk, ts)
+    if logged is not None:
+        logged()
+    await hub.publish(code, chunk)
+
+
+def _end_stream(name: str, guard: GuardedLog | None, shipper: Shipper | None,
+                hub: OutputHub) -> None:
+    """The end of one output stream: its unfinished line written (the other may go on)."""
+    code = STDOUT if name == "stdout" else STDERR
+    if shipper is not None:
+        shipper.end_stream(name, time.time_ns())
+    if guard is not None:
+        ts = time.time_ns()
+        guard.flush(ts, name)
+        if hub.taps:
+            hub.logged(Tapped(code, b"", ts, *guard.writer.position(), flush=True))

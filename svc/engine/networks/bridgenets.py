@@ -58,20 +58,7 @@ class BridgeNetworks:
 
     async def _plugin_pools(self, spec: CreateSpec) -> tuple[PoolInfo, PoolInfo | None]:
         ipam = await self.service.plugged.drivers.ipam(spec.ipam_driver)
-        space = ipam.spaces[0]
-        pool4 = await pools.request_pool(
-            ipam, space, subnet=spec.subnet, ip_range=spec.ip_range, gateway=spec.gateway,
-            aux=dict(spec.aux or {}), options=spec.ipam_options, v6=False)
-        pool6 = None
-        if spec.enable_ipv6 and spec.subnet6:
-            try:
-                pool6 = await pools.request_pool(
-                    ipam, space, subnet=spec.subnet6, ip_range="", gateway=spec.gateway6,
-                    aux={}, options=spec.ipam_options, v6=True)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await pools.release_pool(ipam, pool4)
-                raise
+        pool4, pool6 = await pools.request_pools(ipam, ipam.spaces[0], spec)
         if not pool4.gateway:
             with trio.CancelScope(shield=True):
                 for info in (pool4, pool6):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from svc.engine.networks.ipam import Network
+from svc.engine.networks.publish import is_ports_scope
 from svc.network import bridge as br
 from svc.network import netrules
 from svc.network.firewall import Firewall, Rule
@@ -45,9 +46,11 @@ def net_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
                                           firewall.iso2)
 
 
-def setup(owner: str, firewall: Firewall, bridges: list[Network]) -> bool:
+def setup(owner: str, firewall: Firewall, bridges: list[Network], *,
+          keep_ports: bool = False) -> bool:
     """Every network's bridge, address and rules, and what a crash left removed; whether
-    IPv4 forwarding had to be turned on."""
+    IPv4 forwarding had to be turned on. ``keep_ports`` (live restore): published ports'
+    rules stay, for the containers taken back (the others' go after the restore)."""
     if half := br.delete_links_named(staging_prefix(owner)):
         log.info("removed half-made bridges a crash left: %s", ", ".join(half))
     for net in bridges:
@@ -60,7 +63,8 @@ def setup(owner: str, firewall: Firewall, bridges: list[Network]) -> bool:
         if name not in known:
             log.info("removing the bridge %s, which no network names (a crash left it)", name)
             br.delete_bridge(name)
-    removed = firewall.reconcile({"net": net_rules(firewall, bridges)})
+    removed = firewall.reconcile({"net": net_rules(firewall, bridges)},
+                                 keep=is_ports_scope if keep_ports else None)
     if removed:
         log.info("removed %d iptables rules left by a crash", removed)
     return br.enable_forwarding()

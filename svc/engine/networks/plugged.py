@@ -23,7 +23,6 @@ import trio
 
 from svc.engine.networks import pools, remote_api
 from svc.engine.networks.drivers import NetworkPlugins, RemoteDriver, RemoteIpam
-from svc.engine.networks.held import PoolInfo
 from svc.engine.networks.ipam import (
     CreateSpec,
     Network,
@@ -129,19 +128,7 @@ class PluginNetworks:
     async def _plugin_pools(self, net: Network, spec: CreateSpec, ipam: RemoteIpam,
                             scope: str) -> None:
         space = ipam.spaces[1] if scope == "global" else ipam.spaces[0]
-        pool4 = await pools.request_pool(
-            ipam, space, subnet=spec.subnet, ip_range=spec.ip_range, gateway=spec.gateway,
-            aux=dict(spec.aux or {}), options=spec.ipam_options, v6=False)
-        pool6: PoolInfo | None = None
-        if spec.enable_ipv6 and spec.subnet6:  # (libnetwork: none unless configured)
-            try:
-                pool6 = await pools.request_pool(
-                    ipam, space, subnet=spec.subnet6, ip_range="", gateway=spec.gateway6,
-                    aux={}, options=spec.ipam_options, v6=True)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await pools.release_pool(ipam, pool4)
-                raise
+        pool4, pool6 = await pools.request_pools(ipam, space, spec)
         net.address_space = space
         pools.apply_pools(net, pool4, pool6)
         net.aux = dict(spec.aux or {})

@@ -18,7 +18,7 @@ import trio
 from svc.engine.networks import ipam_api
 from svc.engine.networks.drivers import RemoteIpam
 from svc.engine.networks.held import PoolInfo
-from svc.engine.networks.ipam import Network
+from svc.engine.networks.ipam import CreateSpec, Network
 from svc.engine.networks.remote_api import PoolData
 from svc.errors import InvalidParameter, SvcError
 from svc.plugins.client import PluginCallError
@@ -76,6 +76,26 @@ async def _reserve_aux(ipam: RemoteIpam, info: PoolInfo, aux: dict[str, str],
                 raise
             log.info("IPAM plugin %s did not reserve the auxiliary address %s=%s (outside "
                      "its sub-pool)", ipam.name, name, address)
+
+
+async def request_pools(ipam: RemoteIpam, space: str, spec: CreateSpec
+                        ) -> tuple[PoolInfo, PoolInfo | None]:
+    """The IPv4 pool of a network being made, and its IPv6 one when it asks for IPv6 (as
+    libnetwork: none unless configured); the first released again if the second fails."""
+    pool4 = await request_pool(
+        ipam, space, subnet=spec.subnet, ip_range=spec.ip_range, gateway=spec.gateway,
+        aux=dict(spec.aux or {}), options=spec.ipam_options, v6=False)
+    if not (spec.enable_ipv6 and spec.subnet6):
+        return pool4, None
+    try:
+        pool6 = await request_pool(
+            ipam, space, subnet=spec.subnet6, ip_range="", gateway=spec.gateway6, aux={},
+            options=spec.ipam_options, v6=True)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await release_pool(ipam, pool4)
+        raise
+    return pool4, pool6
 
 
 async def release_pool(ipam: RemoteIpam, info: PoolInfo) -> None:

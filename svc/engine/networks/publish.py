@@ -22,6 +22,9 @@ class PortPublisher:
 
     def __init__(self, firewall: Callable[[], Firewall]) -> None:
         self.firewall = firewall
+        # live restore: the rules carry loopback traffic too (no proxy while the daemon is
+        # away), as dockerd's --userland-proxy=false
+        self.loopback_rules = False
         self.proxies: dict[str, tuple[PortProxy, trio.CancelScope]] = {}
         self.proxy_nets: dict[str, tuple[Network, EndpointInfo]] = {}
 
@@ -37,8 +40,10 @@ class PortPublisher:
             raise Conflict(f"driver failed programming external connectivity on endpoint "
                            f"{info.container.lstrip('/')}: {exc}") from None
         if ":" not in info.endpoint.address and not net.internal:
-            rules_scope = _ports_scope(cid)
+            rules_scope = ports_scope(cid)
             try:
+                if self.loopback_rules:
+                    await trio.to_thread.run_sync(netrules.route_localnet, net.bridge)
                 await trio.to_thread.run_sync(self.firewall().apply, rules_scope,
                                               self._dnat(net, info, proxy))
             except FirewallError as exc:
@@ -57,11 +62,21 @@ class PortPublisher:
 
         await nursery.start(serve)
 
-    @staticmethod
-    def _dnat(net: Network, info: EndpointInfo, proxy: PortProxy) -> list[Rule]:
+    def _dnat(self, net: Network, info: EndpointInfo, proxy: PortProxy) -> list[Rule]:
         return [rule for b in proxy.bindings if ":" not in b.host_ip
                 for rule in netrules.dnat_rules(net.bridge, b.proto, b.host_ip, b.host_port,
-                                                info.endpoint.address, b.port)]
+                                                info.endpoint.address, b.port,
+                                                loopback=self.loopback_rules)]
+
+    async def forget_others(self, keep: set[str]) -> None:
+        """After a live restore: the rules of the published ports of containers not taken
+        back go (ids in ``keep`` were); all were kept at the start (``hostbridges.setup``)."""
+        scopes = {ports_scope(cid) for cid in keep}
+        try:
+            await trio.to_thread.run_sync(self.firewall().drop,
+                                          lambda s: is_ports_scope(s) and s not in scopes)
+        except FirewallError as exc:
+            log.error("removing the port rules of containers gone: %s", exc)
 
     def published(self, cid: str) -> list[Binding] | None:
         found = self.proxies.get(cid)
@@ -76,11 +91,15 @@ class PortPublisher:
         if self.proxy_nets.pop(cid, None) is not None:
             with trio.CancelScope(shield=True):
                 try:
-                    await trio.to_thread.run_sync(self.firewall().apply, _ports_scope(cid), [])
+                    await trio.to_thread.run_sync(self.firewall().apply, ports_scope(cid), [])
                 except FirewallError as exc:
                     log.error("removing the port rules of %s: %s", cid[:12], exc)
         proxied[0].close()
 
 
-def _ports_scope(cid: str) -> str:
+def ports_scope(cid: str) -> str:
     return f"ports-{cid[:12]}"
+
+
+def is_ports_scope(scope: str) -> bool:
+    return scope.startswith("ports-")

@@ -119,8 +119,8 @@ class NetworkService:
         self._ready = True
 
     def _setup(self) -> None:
-        self._forwarding_turned_on = hostbridges.setup(self.owner, self.firewall,
-                                                       self.bridges())
+        self._forwarding_turned_on = hostbridges.setup(
+            self.owner, self.firewall, self.bridges(), keep_ports=self.ports.loopback_rules)
 
     async def shutdown(self) -> None:
         """Take the rules away (the bridges stay, as dockerd's do)."""

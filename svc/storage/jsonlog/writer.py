@@ -228,6 +228,11 @@ class JsonLogWriter:
                 self._pending[idx] = b""
                 self._emit([rec], stamp)
 
+    def drop_pending(self) -> None:
+        """Forget the unfinished lines (they will be written again from their source: a
+        live-restored container's log is read again from before them)."""
+        self._pending = [b"", b""]
+
     def close(self) -> None:
         """Flush the unfinished lines and close the file; closing twice is a no-op."""
         if self._fd < 0:

@@ -1,0 +1,127 @@
+"""Exec sessions under conmon (``--live-restore``): like the container, each exec's process
+runs under a conmon of its own, which holds its stdio and writes its output and exit code to
+files in ``<container>/monitor/exec/<exec id>/``; the daemon follows the output to the exec's
+attached clients. A daemon that goes away leaves the exec running; the next one finds it
+(``adopt_execs``), so that ``GET /exec/{id}/json`` says it runs and, once it has ended, gives
+its exit code. (An exec's stream cannot be attached to again: the API starts an exec once.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from svc.engine.containers.container import Container
+from svc.engine.containers.monitored import (
+    OUTPUT_BOUND,
+    MonitorHandle,
+    follow,
+    monitor_alive,
+    open_handle,
+)
+from svc.runtime.conmon.logtail import CursorFile
+from svc.runtime.conmon.monitor import Conmon, MonitorFiles
+from svc.wire.stdcopy import STDERR, STDOUT
+
+if TYPE_CHECKING:
+    from svc.engine.containers.exec import ExecInstance
+
+log = logging.getLogger("svc.engine.containers")
+
+# what an exec's record keeps of its instance, to make it again after a restart
+RECORDED = ("id", "cmd", "tty", "attach_stdin", "attach_stdout", "attach_stderr", "user",
+            "privileged")
+
+
+def exec_root(c: Container) -> Path:
+    return c.dir / "monitor" / "exec"
+
+
+def exec_files(c: Container, exec_id: str) -> MonitorFiles:
+    d = exec_root(c) / exec_id
+    return MonitorFiles(d, d, exec_id, cid=c.id)
+
+
+async def launch_exec(monitor: Conmon, inst: ExecInstance, process: dict[str, Any]) -> None:
+    """Run ``inst``'s command under conmon; its pid, stdin or terminal and handle set.
+
+    Raises:
+        RuntimeFailure: runc exec failed (runc's words: no such binary...).
+    """
+    c = inst.container
+    files = exec_files(c, inst.id)
+    await trio.to_thread.run_sync(_write_record, files, inst, process)
+    mon = await monitor.launch(c.id, files, terminal=inst.tty, stdin=inst.attach_stdin,
+                               stdin_once=True, log_max=OUTPUT_BOUND,
+                               process=files.dir / "process.json")
+    handle = await open_handle(mon.monitor_pid, files,
+                               wants_input=inst.tty or inst.attach_stdin)
+    inst.pid, inst.running, inst.monitor = mon.pid, True, handle
+    if inst.tty:
+        inst.console = handle.input
+    else:
+        inst.stdin = handle.input
+
+
+def _write_record(files: MonitorFiles, inst: ExecInstance, process: dict[str, Any]) -> None:
+    """Blocking: the exec's directory, its process object and its record."""
+    files.dir.mkdir(parents=True, exist_ok=True)
+    (files.dir / "process.json").write_text(json.dumps(process))
+    record = {k: getattr(inst, k) for k in RECORDED}
+    record["detach_keys"] = inst.detach_keys.decode("latin-1")
+    (files.dir / "exec.json").write_text(json.dumps(record))
+
+
+async def supervise_exec(inst: ExecInstance) -> None:
+    """Hand the exec's output to its attached clients until it ends; record its exit code.
+    Cancellation (the daemon stops): the exec goes on, its handle let go."""
+    handle = inst.monitor
+    assert handle is not None
+
+    async def deliver(name: str, chunk: bytes, ts: int, logged: Callable[[], None]) -> None:
+        logged()
+        await inst.hub.publish(STDOUT if name == "stdout" else STDERR, chunk)
+
+    code = None
+    try:
+        code = await follow(handle, deliver, lambda: True)
+    finally:
+        handle.close()
+        if code is not None:
+            inst.exit_code, inst.running = code, False
+            inst.hub.end_run()
+            inst.exited.set()
+
+
+def adopt_execs(c: Container, make: Callable[[dict[str, Any]], ExecInstance]) -> list[
+        tuple[ExecInstance, MonitorFiles, bool]]:
+    """Blocking: the exec sessions of ``c`` (taken back) that ran under conmon: each made
+    again with ``make`` from its record, with its files and whether its conmon still runs.
+    Those whose conmon is gone without an exit code are dropped."""
+    found: list[tuple[ExecInstance, MonitorFiles, bool]] = []
+    root = exec_root(c)
+    if not root.is_dir():
+        return found
+    for d in sorted(root.iterdir()):
+        files = exec_files(c, d.name)
+        try:
+            record = json.loads((d / "exec.json").read_text())
+            pid = int(files.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        alive = monitor_alive(pid, c.id)
+        if not alive and files.exit_code() is None:
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        inst = make(record)
+        inst.started, inst.running = True, alive
+        inst.monitor = MonitorHandle(pid, files, CursorFile(str(files.dir / "cursor")))
+        found.append((inst, files, alive))
+    return found

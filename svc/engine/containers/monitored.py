@@ -1,0 +1,169 @@
+"""Containers that outlive the daemon (``--live-restore``): each runs under conmon, which
+holds its stdio and writes its output to a log file; the supervisor follows that file from a
+durable cursor, hands each record to the container's log and attached clients, and reads the
+exit code from conmon's exit file once conmon has gone.
+
+The cursor is written right after each record's write to the log (no checkpoint between the
+two), when the json-file writer then holds no unfinished line: a daemon killed at any moment
+reads again, at its next start, what it had not yet written; only a kill between those two
+writes (microseconds), or a line longer than the writer's 16 KiB buffer, can log a line
+twice. Shipping drivers (syslog, gelf...) lose what was in flight, as without live restore.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from svc.runtime.conmon.attach import MonitorInput
+from svc.runtime.conmon.logtail import Cursor, CursorFile, LogTail
+from svc.runtime.conmon.monitor import Conmon, MonitorFiles, wait_gone
+from svc.runtime.protocol import Created
+
+if TYPE_CHECKING:
+    from svc.engine.containers.container import Container
+
+log = logging.getLogger("svc.engine.containers")
+
+# (stream, bytes, time in ns, what to call right after the log's write)
+Deliver = Callable[[str, bytes, int, Callable[[], None]], Awaitable[None]]
+UNKNOWN_EXIT = 255  # conmon went without writing an exit code (it was killed)
+# how large conmon's log may grow while the daemon is away (each line with conmon's prefix of
+# about 45 bytes: 130 MB of 50-byte lines); beyond it, conmon starts a new file and the rest
+# of the old one is lost (``LOST`` marks the place in the log). What the daemon has read takes
+# no disk space (punched out)
+OUTPUT_BOUND = 256 << 20
+LOST = (b"[svc] output lost: the container wrote more than conmon keeps (%d MiB of log) "
+        b"while the daemon was away; what the daemon had not read of it is gone\n"
+        % (OUTPUT_BOUND >> 20))
+
+
+@dataclass
+class MonitorHandle:
+    """What the daemon holds of a container's conmon while it supervises it."""
+
+    pid: int
+    files: MonitorFiles
+    cursor: CursorFile
+    input: MonitorInput | None = None  # stdin and resize (OpenStdin or a TTY)
+
+    def close(self) -> None:
+        """Let go of the descriptors (the container and its conmon go on)."""
+        if self.input is not None:
+            self.input.close()
+        self.cursor.close()
+
+
+def monitor_files(container_dir: Path, bundle: Path, cid: str) -> MonitorFiles:
+    return MonitorFiles(container_dir / "monitor", bundle, cid)
+
+
+def reset_files(files: MonitorFiles) -> None:
+    """Blocking: a new run starts with no log, cursor or exit file of the last one, nor
+    its exec sessions'."""
+    for path in (files.log, files.dir / "cursor", files.exit_file):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(files.dir / "exec", ignore_errors=True)
+
+
+async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> MonitorHandle:
+    """The daemon's handle on conmon ``pid``: the cursor file, and the stdin socket if the
+    container takes input (a conmon that is gone gives none: its container has exited)."""
+    handle = MonitorHandle(pid, files, CursorFile(str(files.dir / "cursor")))
+    if wants_input:
+        try:
+            handle.input = await MonitorInput.connect(files.attach, files.bundle / "ctl")
+        except OSError as exc:
+            log.info("container %s: conmon's attach socket: %s", files.uid[:12], exc)
+    return handle
+
+
+async def create_monitored(monitor: Conmon, c: Container, bundle: Path
+                           ) -> tuple[Created, MonitorHandle]:
+    """``runc create`` of ``c`` under conmon, with a fresh log and cursor for this run (the
+    last run's were read to their end); ``c.monitor_pid`` names the conmon.
+
+    Raises:
+        RuntimeFailure: runc create failed (runc's words).
+    """
+    files = monitor_files(c.dir, bundle, c.id)
+    await trio.to_thread.run_sync(reset_files, files)
+    mon = await monitor.launch(c.id, files, terminal=c.tty, stdin=c.config.OpenStdin,
+                               stdin_once=c.config.StdinOnce, log_max=OUTPUT_BOUND)
+    c.monitor_pid = mon.monitor_pid
+    handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin)
+    return Created(mon.pid, None), handle
+
+
+async def follow(handle: MonitorHandle, deliver: Deliver,
+                 settled: Callable[[], bool]) -> int:
+    """Hand what the container writes to ``deliver`` until conmon has gone and its log is
+    read to the end; return the exit code conmon wrote. ``settled()`` says whether the log's
+    writer holds no unfinished line (the cursor may then move past what was delivered).
+
+    Cancellation (the daemon stops): the cursor stays after the last record delivered and
+    settled; the container and its conmon go on.
+    """
+    tail = LogTail(str(handle.files.log), handle.cursor.read())
+    if tail.lost:  # told in the daemon's log and, as a marker line, in the container's
+        log.warning("container %s: %s", handle.files.uid[:12], LOST.decode().strip())
+        await deliver("stderr", LOST, time.time_ns(), _nothing)
+    gone = trio.Event()
+
+    async def watch() -> None:
+        await wait_gone(handle.pid)
+        gone.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            if handle.input is not None:
+                nursery.start_soon(handle.input.discard_output)
+            async for batch in tail.follow(gone):
+                for i, rec in enumerate(batch.records):
+                    await deliver(rec.stream, rec.data, rec.ts_ns,
+                                  partial(_move, handle.cursor, batch.cursor_after(i), settled))
+            nursery.cancel_scope.cancel()
+    finally:
+        tail.close()
+    code = handle.files.exit_code()
+    if code is None:
+        log.error("container %s: conmon ended without an exit code", handle.files.uid[:12])
+        return UNKNOWN_EXIT
+    return code
+
+
+def _nothing() -> None:
+    pass
+
+
+def _move(cursor: CursorFile, after: Cursor, settled: Callable[[], bool]) -> None:
+    if settled():
+        cursor.write(after)
+
+
+def exit_time_ns(files: MonitorFiles) -> int | None:
+    """When conmon wrote the exit file (the container's end, seen after a restart)."""
+    try:
+        return os.stat(files.exit_file).st_mtime_ns
+    except OSError:
+        return None
+
+
+def monitor_alive(pid: int, cid: str) -> bool:
+    """Whether ``pid`` is still the conmon of container ``cid`` (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == b"conmon" and cid.encode() in argv
