@@ -5,14 +5,11 @@ Policy (see docs/architecture.md):
   bounded log and wakes the subscribers that are waiting. Its cost does not grow with the
   number of subscribers, and neither does memory: subscribers share the log and each holds
   only a cursor into it.
-* A subscriber that falls more than ``SUBSCRIBER_LAG`` events behind (its client is not
-  reading) is cut off: its stream ends with a final error object that says why, instead of
-  stalling the others or holding events without bound.
+* A subscriber more than ``SUBSCRIBER_LAG`` events behind (its client is not reading) is cut
+  off: its stream ends with an error object that says why, instead of stalling the others.
 * ``subscribe`` is synchronous: the replay snapshot and the live cursor are taken with no
-  checkpoint between them, so a subscriber registered before its response headers are sent
-  misses nothing and sees nothing twice.
-* The newest ``REPLAY_EVENTS`` events are replayable (``since``/``until``) and persisted
-  through the event log in batches, so replay works across a restart.
+  checkpoint between them: a subscriber misses nothing and sees nothing twice.
+* The newest ``REPLAY_EVENTS`` events are replayable (``since``/``until``), across restarts.
 """
 
 from __future__ import annotations
@@ -303,12 +300,11 @@ class EventBus:
         self._trim_at = len(self._log) + self._keep
 
     def publish(self, type: str, action: str, actor_id: str,
-                attributes: Mapping[str, str] | None = None, *,
-                at_ns: int | None = None) -> Event:
-        """Record an event and wake the subscribers. Never blocks; O(1) in subscribers.
-        ``at_ns``: when it happened, if not now (an exit seen after the daemon's restart)."""
-        ev = Event(type, action, actor_id, dict(attributes or {}),
-                   time.time_ns() if at_ns is None else at_ns)
+                attributes: Mapping[str, str] | None = None, *, at_ns: int | None = None
+                ) -> Event:
+        """Record an event (``at_ns``: when it happened, if not now) and wake the subscribers.
+        Never blocks; O(1) in subscribers."""
+        ev = Event(type, action, actor_id, dict(attributes or {}), at_ns or time.time_ns())
         self._append(ev)
         if self._seq % SCAN_EVERY == 0:
             self._cut_stalled()
