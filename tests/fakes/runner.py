@@ -10,6 +10,8 @@ from svc.engine.containers.container import Container
 
 
 class FakeRunner:
+    monitor = None  # no live restore: nothing is taken back
+
     def __init__(self) -> None:
         self.torn_down: list[str] = []
         self.launched: list[str] = []
