@@ -16,10 +16,14 @@ from tests.conftest import docker_cli
 from tests.support.daemon import Daemon, import_busybox
 
 
-@pytest.fixture
-def lr() -> Iterator[Daemon]:
+def need_conmon() -> None:
     if shutil.which("conmon") is None:
         pytest.skip("conmon is not installed (scripts/setup.sh installs it)")
+
+
+@pytest.fixture
+def lr() -> Iterator[Daemon]:
+    need_conmon()
     d = Daemon(["--live-restore"])
     try:
         d.start()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.liverestore.conftest import alive, cli, inspect, wait_for
+from tests.liverestore.conftest import alive, cli, inspect, need_conmon, wait_for
 from tests.liverestore.test_live_restore import COUNTER, _numbers
 from tests.support.daemon import REPO, Daemon, import_busybox
 
@@ -31,11 +31,19 @@ def _older_build(where: Path) -> Path:
     return where
 
 
-def test_a_newer_build_takes_back_what_an_older_one_left_running(lr: Daemon,
-                                                                tmp_path: Path) -> None:
-    lr.kill()  # (the fixture's own build: its directory, bridge and subnet are reused)
+def test_a_newer_build_takes_back_what_an_older_one_left_running(tmp_path: Path) -> None:
+    need_conmon()
+    lr = Daemon(["--live-restore"])  # this build, over the older one's directory
     old = Daemon(["--live-restore", "--bip", lr.bip], workdir=lr.dir,
                  source=_older_build(tmp_path / "old"))
+    try:
+        _upgrade(old, lr)
+    finally:
+        old.kill()
+        lr.cleanup()
+
+
+def _upgrade(old: Daemon, lr: Daemon) -> None:
     try:
         old.start()
         import_busybox(old)
