@@ -82,3 +82,25 @@ def test_a_rule_removed_behind_its_back_is_handled_by_reading_again(
     assert fw.saves == 2
     assert CountingFirewall(fw.owner).reconcile({"net": _net(fw, 1)}) == 0
     assert fw.clear() > 0 and _ours(fw) == []
+
+
+def test_kept_scopes_survive_a_restart_once_and_the_others_can_be_dropped(
+        fw: CountingFirewall) -> None:
+    """Live restore: a restarted daemon keeps the published ports' rules at its start,
+    applies those of the containers it takes back again without making them twice, and
+    drops the others'."""
+    def port(n: int) -> list[netrules.Rule]:
+        return [netrules.rule("nat", "OUTPUT", "-p", "tcp", "--dport", str(n), "-j", "RETURN")]
+
+    fw.reconcile({"net": _net(fw, 1)})
+    fw.apply("ports-a", port(9001))
+    fw.apply("ports-b", port(9002))
+    before = sorted(_ours(fw))
+    fresh = CountingFirewall(fw.owner)  # what a restart would read
+    assert fresh.reconcile({"net": _net(fw, 1)}, keep=lambda s: s.startswith("ports-")) == 0
+    assert sorted(_ours(fw)) == before
+    fresh.apply("ports-a", port(9001))  # the container taken back: the same rules again
+    assert sorted(_ours(fw)) == before
+    assert fresh.drop(lambda s: s.startswith("ports-") and s != "ports-a") == 1
+    assert not any("9002" in line for line in _ours(fw))
+    assert any("9001" in line for line in _ours(fw))
