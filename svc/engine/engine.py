@@ -205,6 +205,9 @@ class Engine:
             # are owed their Unmount, sent in the background as restore tears them down;
             # their plugin endpoints are owed Leave, DeleteEndpoint and ReleaseAddress
             await nursery.start(keep_running, "volume unmounts", self.volumes.run)
+            # (live restore: the endpoints of containers still running under conmon are not
+            # undone: they are taken back below)
+            self.networks.plugged.owed.spared = self.containers.restorer.still_running()
             await nursery.start(keep_running, "network plugins", self.networks.plugged.run)
             await self.containers.restore(nursery)
             task_status.started()

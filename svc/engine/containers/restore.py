@@ -20,6 +20,7 @@ import trio
 
 from svc.engine.containers.adopt import adopt
 from svc.engine.containers.container import Container, now_ns
+from svc.engine.containers.monitored import monitor_alive
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.rootfs import unmount_quietly
 from svc.engine.containers.run import Runner
@@ -65,6 +66,11 @@ class ContainerRestore:
             self.registry.containers[c.id] = c
             self.registry.names[c.name] = c.id
 
+
+    def still_running(self) -> set[str]:
+        """Before the restore: the containers running on under a conmon (live restore)."""
+        return {c.id for c in self.registry.all()
+                if self.runner.monitor is not None and monitor_alive(c.monitor_pid, c.id)}
 
     def _sweep_leftovers(self, known: set[str]) -> None:
         """Blocking: remove the directories of containers that have no record: what a crash

@@ -58,11 +58,22 @@ class Owed:
         self._retry: dict[str, tuple[float, float]] = {}  # -> (when, pause)
         self._wake = trio.Event()
         self._starting: set[str] = set()
+        # containers running on under conmon since before the start (live restore): their
+        # entries are not owed until they end (``spare_no_more``)
+        self.spared: set[str] = set()
 
     def owed(self, net: Network) -> list[str]:
-        """The endpoint ids of ``net`` whose entries are owed (not live, nor being set up)."""
+        """The endpoint ids of ``net`` whose entries are owed (not live, nor being set up,
+        nor a spared container's)."""
         live = {i.endpoint_id for i in net.endpoints.values()} | self._starting
-        return [eid for eid in net.held if eid not in live]
+        return [eid for eid, held in net.held.items()
+                if eid not in live and held.container not in self.spared]
+
+    def spare_no_more(self, cid: str) -> None:
+        """Container ``cid`` has ended: what its plugins hold is owed now."""
+        if cid in self.spared:
+            self.spared.discard(cid)
+            self.wake()
 
     @contextlib.contextmanager
     def setting_up(self, eid: str) -> Iterator[None]:

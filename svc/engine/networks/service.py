@@ -366,6 +366,7 @@ class NetworkService:
         if only is None:
             self.dns.stop(cid)
             await self.ports.release(cid)
+            self.plugged.owed.spare_no_more(cid)
         for net in [only] if only is not None else list(self.networks.values()):
             info = net.endpoints.get(cid)
             if info is None or info.host:
