@@ -229,7 +229,8 @@ class Runner:
             await self._mount_volumes(c)
             nets = self.networks
             plan = nets.plan(c.host_config.NetworkMode or "default", c.net_config)
-            port_options = ports.plugin_options(c.host_config, c.config)
+            port_options = ports.plugin_options(c.host_config, c.config) \
+                if any(n.plugged for n, _ in plan) else None  # (only a plugin is told)
             for i, (net, cfg) in enumerate(plan):
                 await nets.reserve(c.id, c.name, net, f"eth{i}", cfg.ipv4, list(cfg.aliases),
                                    cfg.ipv6, links=list(cfg.links), ports=port_options,

@@ -40,15 +40,6 @@ class Cursor:
     inode: int
     offset: int
 
-    def record(self) -> list[int]:
-        return [self.inode, self.offset]
-
-    @classmethod
-    def from_record(cls, r: object) -> Cursor | None:
-        if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r):
-            return cls(r[0], r[1])
-        return None
-
 
 @dataclass
 class Batch:
@@ -93,7 +84,6 @@ class LogTail:
     def __init__(self, path: str, cursor: Cursor | None = None) -> None:
         self.path = path
         self.lost = False  # the file was replaced beyond the cursor while nobody read it
-        self.bad_lines = 0
         self._fd = -1
         self._inode = 0
         self._offset = 0  # just after the last complete line taken
@@ -155,7 +145,6 @@ class LogTail:
         self._partial = buf[end:]
         records, ends, bad = parse_runs(buf[:end])  # (buf starts at the old offset)
         if bad:
-            self.bad_lines += bad
             log.warning("%s: %d line(s) that are not conmon's skipped", self.path, bad)
         batch = Batch(self._inode, records, [self._offset + e for e in ends])
         self._offset += end

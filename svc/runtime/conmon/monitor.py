@@ -56,10 +56,6 @@ class MonitorFiles:
     def attach(self) -> Path:
         return self.bundle / "attach"
 
-    @property
-    def winsz(self) -> Path:
-        return self.bundle / "winsz"
-
     def exit_code(self) -> int | None:
         """The code conmon wrote when the container ended (None: not yet, or unreadable)."""
         try:
