@@ -115,9 +115,9 @@ def bench_bridge(workdir: Path) -> str:
 
 
 def daemon(workdir: Path, *, env: dict[str, str] | None = None,
-           bip: str | None = None) -> ServerProcess:
+           bip: str | None = None, extra: list[str] | None = None) -> ServerProcess:
     """The real svcd plus probe routes, with all of its state under ``workdir`` (a second
-    daemon of a run needs a ``bip`` of its own)."""
+    daemon of a run needs a ``bip`` of its own), and the ``extra`` arguments given."""
     config_file = workdir / "daemon.json"
     config_file.write_text("{}\n")  # never pick up /etc/svc/daemon.json
     sock = workdir / "svc.sock"
@@ -126,7 +126,8 @@ def daemon(workdir: Path, *, env: dict[str, str] | None = None,
             "--pidfile", str(workdir / "svc.pid"), "--config-file", str(config_file),
             "--cgroup-parent", f"/{workdir.name}", "--shutdown-timeout", "1",
             "--bridge", bench_bridge(workdir), "--bip", bip or BENCH_BIP,
-            "--plugin-dir", str(workdir / "plugins")]  # never the machine's plugins
+            "--plugin-dir", str(workdir / "plugins"),  # never the machine's plugins
+            *(extra or [])]
     return ServerProcess("svcd (tests.support.testd)", argv, sock, workdir / "svcd.log",
                          "/_ping", env)
 

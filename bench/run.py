@@ -111,6 +111,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="side-by-side benchmarks: rounds per engine (default 3)")
     p.add_argument("--contention", action="store_true",
                    help="side-by-side benchmarks: run every round again with two CPU burners")
+    p.add_argument("--daemon-arg", action="append", default=[], metavar="ARG",
+                   help="an argument for the benchmark's svcd, repeatable (e.g. "
+                        "--daemon-arg=--live-restore: the same figures with every container "
+                        "under conmon)")
     args = p.parse_args(argv)
     known = [s.name for s in SIDE_BY_SIDE] if args.reference else list(BY_NAME)
     unknown = [n for n in args.names if n not in known]
@@ -176,7 +180,8 @@ def with_daemon(args: argparse.Namespace, doc: dict[str, Any],
     with tempfile.TemporaryDirectory(prefix="svc-bench-", dir="/tmp") as tmp:
         workdir = Path(tmp)
         doc["workdir"] = tmp
-        daemon = procs.daemon(workdir)
+        daemon = procs.daemon(workdir, extra=args.daemon_arg)
+        doc["daemon_args"] = args.daemon_arg
         try:
             ctx = Context(workdir, daemon, args.scale, rounds=args.rounds,
                           contention=args.contention)

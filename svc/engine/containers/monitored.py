@@ -122,6 +122,7 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
     async def watch() -> None:
         await wait_gone(handle.pid)
         gone.set()
+        tail.wake()
 
     try:
         async with trio.open_nursery() as nursery:
@@ -129,9 +130,10 @@ async def follow(handle: MonitorHandle, deliver: Deliver,
             if handle.input is not None:
                 nursery.start_soon(handle.input.discard_output)
             async for batch in tail.follow(gone):
-                for i, rec in enumerate(batch.records):
-                    await deliver(rec.stream, rec.data, rec.ts_ns,
-                                  partial(_move, handle.cursor, batch.cursor_after(i), settled))
+                for chunk in batch.chunks():
+                    await deliver(chunk.stream, chunk.data, chunk.ts_ns,
+                                  partial(_move, handle.cursor, batch.cursor_after(chunk.last),
+                                          settled))
             nursery.cancel_scope.cancel()
     finally:
         tail.close()

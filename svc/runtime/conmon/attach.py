@@ -23,8 +23,9 @@ class MonitorInput:
     """The daemon's connection to a container's conmon, for its stdin (a trio-stream-like
     ``send_all``/``aclose``)."""
 
-    def __init__(self, sock: trio.socket.SocketType, ctl: Path) -> None:
+    def __init__(self, sock: trio.socket.SocketType, raw: socket.socket, ctl: Path) -> None:
         self._sock = sock
+        self._raw = raw  # the same socket, non-blocking: ``send_all`` writes through it
         self._ctl = ctl
         self._closed = False
 
@@ -35,13 +36,15 @@ class MonitorInput:
         Raises:
             OSError: conmon does not listen there (it is gone).
         """
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        raw.setblocking(False)
+        sock = trio.socket.from_stdlib_socket(raw)
         try:
             await sock.connect(str(attach))
         except BaseException:
             sock.close()
             raise
-        return cls(sock, ctl)
+        return cls(sock, raw, ctl)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` to the container's stdin.
@@ -51,10 +54,16 @@ class MonitorInput:
         """
         view = memoryview(data)
         try:
-            for i in range(0, len(view), PACKET):
-                await self._sock.send(view[i:i + PACKET])
+            for i in range(0, len(view), PACKET):  # (a packet at a time, each whole or none)
+                while True:
+                    try:
+                        self._raw.send(view[i:i + PACKET])
+                        break
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_writable(self._raw)
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc
+        await trio.lowlevel.checkpoint()  # one per call, not one per packet
 
     async def aclose(self) -> None:
         """Close the container's stdin (conmon closes it when this socket half-closes, unless

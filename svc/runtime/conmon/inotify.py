@@ -35,19 +35,20 @@ class DirWatch:
 
     def drain(self) -> None:
         """Forget the events so far (what changed is read from the files themselves)."""
-        while True:
+        while self.fd >= 0:
             try:
                 if not os.read(self.fd, 65536):
                     return
             except BlockingIOError:
                 return
 
-    async def wait(self, timeout: float) -> None:
-        """Until something happened in the directory, or ``timeout`` seconds passed.
-        Cancellation: a checkpoint; nothing is left behind."""
-        with trio.move_on_after(timeout):
+    async def wait(self) -> None:
+        """Until something happened in the directory. Cancellation: the events so far are
+        forgotten all the same; nothing is left behind."""
+        try:
             await trio.lowlevel.wait_readable(self.fd)
-        self.drain()
+        finally:
+            self.drain()
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import groupby
+from operator import itemgetter
 
 RUN_WINDOW = 24 * 1024  # bytes looked ahead for the end of a run
 
@@ -33,6 +36,12 @@ def parse_time(text: bytes) -> int:
     Raises:
         BadLine: not such a time.
     """
+    if len(text) == 35 and text[19] == 46 and text[32] == 58 and text[20:29].isdigit():
+        sign = text[29]  # conmon's own form: nine digits, a numeric offset (a fast path)
+        if sign in (43, 45) and text[30:32].isdigit() and text[33:35].isdigit():
+            offset = (int(text[30:32]) * 60 + int(text[33:35])) * 60
+            base = _seconds(text[:19]) - (offset if sign == 43 else -offset)
+            return base * 1_000_000_000 + int(text[20:29])
     try:
         base = calendar.timegm((int(text[0:4]), int(text[5:7]), int(text[8:10]),
                                 int(text[11:13]), int(text[14:16]), int(text[17:19]), 0, 0, 0))
@@ -55,6 +64,16 @@ def parse_time(text: bytes) -> int:
     except (ValueError, IndexError) as exc:
         raise BadLine(f"not a time: {text[:40]!r}") from exc
     return (base - offset) * 1_000_000_000 + frac
+
+
+@lru_cache(maxsize=64)
+def _seconds(text: bytes) -> int:
+    """Seconds since the epoch of ``2026-11-28T09:37:30`` (UTC); a log's lines share few."""
+    try:
+        return calendar.timegm((int(text[0:4]), int(text[5:7]), int(text[8:10]),
+                                int(text[11:13]), int(text[14:16]), int(text[17:19]), 0, 0, 0))
+    except ValueError as exc:
+        raise BadLine(f"not a time: {text!r}") from exc
 
 
 def parse(line: bytes) -> Record:
@@ -82,9 +101,14 @@ def parse_runs(buf: bytes) -> tuple[list[Record], list[int], int]:
     with the offset in ``buf`` just after each run, and the count of lines that were not
     conmon's (skipped).
 
-    A run is cut out with a few C-speed byte operations (``_fast_run``); a run they cannot
-    vouch for is taken line by line (``_slow_run``). 20 MB of 50-byte lines: 0.5 s line by
-    line, about a fifth of that by runs."""
+    conmon's heads have one width (a time with nine digits of ns, then a stream of six
+    letters): the lines are then grouped by head with C-speed loops (``_by_heads``). Where
+    some line's head is not of that width, each run is cut out with a few byte operations
+    (``_fast_run``), and a run they cannot vouch for is taken line by line (``_slow_run``).
+    20 MB of 50-byte lines: 0.5 s line by line, 0.1-0.2 s by runs, 0.06 s by heads."""
+    grouped = _by_heads(buf)
+    if grouped is not None:
+        return grouped[0], grouped[1], 0
     records: list[Record] = []
     ends: list[int] = []
     bad = 0
@@ -115,6 +139,47 @@ def parse_runs(buf: bytes) -> tuple[list[Record], list[int], int]:
         ends.append(end)
         pos = end
     return records, ends, bad
+
+
+def _by_heads(buf: bytes) -> tuple[list[Record], list[int]] | None:
+    """The runs of ``buf`` when each of its lines starts with a head as wide as the first
+    line's (``<time> <stream> ``) and a tag and its space: each line is looked at only by
+    C-speed loops (``groupby``, ``itemgetter``, ``join``). None when some line is not so
+    (the caller then reads ``buf`` run by run)."""
+    sp1 = buf.find(b" ", 0, 64)
+    sp2 = buf.find(b" ", sp1 + 1, 64) if sp1 > 0 else -1
+    if sp2 < 0:
+        return None
+    width = sp2 + 1
+    head_of, tag_of = itemgetter(slice(0, width)), itemgetter(slice(width, width + 2))
+    body_of = itemgetter(slice(width + 2, None))
+    lines = buf.split(b"\n")
+    lines.pop()  # (after the last newline)
+    records: list[Record] = []
+    ends: list[int] = []
+    times: dict[bytes, int] = {}
+    pos = 0
+    for head, group in groupby(lines, head_of):
+        run = list(group)
+        stream = head[sp1 + 1:sp2]
+        if stream not in (b"stdout", b"stderr") or len(head) != width:
+            return None
+        tags = list(map(tag_of, run))
+        full = tags.count(b"F ")
+        if full != len(run) and (full != len(run) - 1 or tags[-1] != b"P "):
+            return None  # a partial line amid the run, a tag without its space, not a tag
+        stamp = head[:sp1]
+        if stamp not in times:
+            try:
+                times[stamp] = parse_time(stamp)
+            except BadLine:
+                return None
+        data = b"\n".join(map(body_of, run))
+        records.append(Record(times[stamp], stream.decode(), data + b"\n" if full == len(run)
+                              else data))
+        pos += sum(map(len, run)) + len(run)
+        ends.append(pos)
+    return records, ends
 
 
 def _run_end(buf: bytes, nl: int, head: bytes) -> int:

@@ -16,7 +16,7 @@ import ctypes
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -29,6 +29,7 @@ log = logging.getLogger("svc.runtime.conmon")
 READ_BYTES = 256 * 1024
 PUNCH_EVERY = 1 << 20
 IDLE_WAIT = 1.0  # a wake-up even without an inotify event (a missed one costs this much)
+COALESCE_NS = 2_000_000  # records read this close together are one chunk (``Batch.chunks``)
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -52,6 +53,33 @@ class Batch:
 
     def cursor_after(self, i: int) -> Cursor:
         return Cursor(self.inode, self.ends[i])
+
+    def chunks(self, window_ns: int = COALESCE_NS) -> Iterator[Chunk]:
+        """The records joined into chunks: consecutive records of one stream that conmon
+        read within ``window_ns`` of the first, stamped with the last one's time (when the
+        last of it was read, as the daemon stamps what it reads from a pipe in one go).
+        conmon reads 8 KiB at a time; the daemon's log writer and the attached clients then
+        take a few large chunks instead of many small ones."""
+        records, n, i = self.records, len(self.records), 0
+        while i < n:
+            first = records[i]
+            j = i + 1
+            while (j < n and records[j].stream == first.stream
+                   and records[j].ts_ns - first.ts_ns <= window_ns):
+                j += 1
+            data = first.data if j == i + 1 else b"".join(r.data for r in records[i:j])
+            yield Chunk(first.stream, data, records[j - 1].ts_ns, j - 1)
+            i = j
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Records of one stream joined (``Batch.chunks``); ``last``: the index of the last."""
+
+    stream: str
+    data: bytes
+    ts_ns: int
+    last: int
 
 
 class CursorFile:
@@ -90,6 +118,7 @@ class LogTail:
         self._partial = b""  # bytes read after it (a line conmon has not finished writing)
         self._punched = 0
         self._watch = DirWatch(os.path.dirname(path))
+        self._waiting: trio.CancelScope | None = None
         self._open(cursor)
 
     @property
@@ -178,15 +207,18 @@ class LogTail:
             await self._wait(gone)
 
     async def _wait(self, gone: trio.Event) -> None:
-        """Until conmon writes, or ends (at most ``IDLE_WAIT``)."""
-        async with trio.open_nursery() as nursery:
-            async def on_gone() -> None:
-                await gone.wait()
-                nursery.cancel_scope.cancel()
+        """Until conmon writes, or ends (``wake``), at most ``IDLE_WAIT``. One cancel scope
+        and no task of its own: a busy container wakes this thousands of times a second."""
+        if gone.is_set():
+            return
+        with trio.move_on_after(IDLE_WAIT) as self._waiting:
+            await self._watch.wait()
+        self._waiting = None
 
-            nursery.start_soon(on_gone)
-            await self._watch.wait(IDLE_WAIT)
-            nursery.cancel_scope.cancel()
+    def wake(self) -> None:
+        """End a wait in ``follow`` now (whoever set its ``gone`` calls this)."""
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     def close(self) -> None:
         self._watch.close()

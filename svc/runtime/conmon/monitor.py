@@ -28,6 +28,7 @@ from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.runc import Runc, failure
 
 SYNC_TIMEOUT = 60.0  # bound on conmon's report of runc create's outcome
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class Conmon:
         (self.socket_dir / files.uid).unlink(missing_ok=True)  # a leftover link refuses
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
-            env = dict(os.environ, _OCI_SYNCPIPE=str(write_end))
+            env = monitor_env(write_end)
             argv = self._argv(files, cid, terminal=terminal, stdin=stdin,
                               stdin_once=stdin_once, log_max=log_max, process=process)
             proc = await trio.lowlevel.open_process(  # (its cwd gets an ``oom`` file)
@@ -157,6 +158,16 @@ class Conmon:
             with contextlib.suppress(OSError, ValueError), trio.move_on_after(5):
                 await wait_gone(int(files.pid_file.read_text().strip()))
             raise
+
+
+def monitor_env(sync_fd: int) -> dict[str, str]:
+    """conmon's environment: what it and runc use, and nothing of the daemon's own. Without
+    ``LANG`` its C library loads no locale (64 KiB less of each conmon's RSS); ``TZ`` sets
+    the offset it writes in its log's times (``k8sfile`` reads any)."""
+    env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH, "_OCI_SYNCPIPE": str(sync_fd)}
+    if "TZ" in os.environ:
+        env["TZ"] = os.environ["TZ"]
+    return env
 
 
 async def _read_report(fd: int) -> bytes:
