@@ -14,7 +14,10 @@ import trio
 
 
 def unread(fd: int) -> int:
-    """Bytes sent on unix socket ``fd`` that the peer has not read yet (0 if unknown)."""
+    """Bytes sent on unix socket ``fd`` that the peer has not read yet (0 if unknown, or if
+    the socket is closed: ``fd`` -1, as the connection closes it while this waits)."""
+    if fd < 0:
+        return 0
     try:
         out = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
     except OSError:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import LogTail
 from svc.runtime.conmon.monitor import Conmon, Monitored, MonitorFiles, wait_gone
 from svc.runtime.protocol import RuntimeFailure
@@ -38,6 +39,7 @@ async def _read_all(files: MonitorFiles, mon: Monitored,
     async def watch() -> None:
         await wait_gone(mon.monitor_pid)
         gone.set()
+        tail.wake()
 
     out: list[tuple[str, bytes]] = []
     async with trio.open_nursery() as nursery:
@@ -132,6 +134,33 @@ async def test_stdin_through_the_socket_and_half_close_is_eof(rt: RuncEnv,
         tail.close()
     assert _joined(records, "stdout") == b"hello\nworld\ndone\n"
     assert files.exit_code() == 0
+    await rt.runc.delete(cid)
+
+
+async def test_stdin_reaches_a_container_whose_bundle_path_is_long(rt: RuncEnv,
+                                                                   tmp_path: Path) -> None:
+    """The attach socket's whole path may be longer than a socket address holds (107
+    bytes): the daemon connects through its directory's descriptor."""
+    cid, bundle = rt.bundle(["sh", "-c", "cat; echo done"])
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    bundle = Path(shutil.move(bundle, deep / bundle.name))
+    files = MonitorFiles(tmp_path / "monitors" / cid, bundle, cid)
+    assert len(str(files.attach)) > 108
+    with trio.fail_after(TIMEOUT):
+        mon = await Conmon(rt.runc, tmp_path / "s").launch(cid, files, stdin=True,
+                                                           stdin_once=True)
+    tail = LogTail(str(files.log))
+    stdin = await MonitorInput.connect(files.attach, bundle / "ctl")
+    try:
+        await rt.runc.start(cid)
+        await stdin.send_all(b"x" * 100_000)
+        await stdin.aclose()
+        records = await _read_all(files, mon, tail)
+    finally:
+        stdin.close()
+        tail.close()
+    assert _joined(records, "stdout") == b"x" * 100_000 + b"done\n"
     await rt.runc.delete(cid)
 
 

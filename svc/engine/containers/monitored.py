@@ -83,7 +83,7 @@ async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> Mo
         try:
             handle.input = await MonitorInput.connect(files.attach, files.bundle / "ctl")
         except OSError as exc:
-            log.info("container %s: conmon's attach socket: %s", files.uid[:12], exc)
+            log.warning("container %s: conmon's attach socket: %s", files.uid[:12], exc)
     return handle
 
 
