@@ -154,6 +154,25 @@ def _popen(d: Daemon, where: Path, name: str, *args: str) -> subprocess.Popen[st
                             stdin=subprocess.DEVNULL)
 
 
+def _read_until(p: subprocess.Popen[str], text: str, timeout: float) -> str:
+    """What ``p`` printed until ``text`` appeared (read from its pipe's descriptor, so that
+    ``communicate`` can read the rest)."""
+    import select
+    import time
+
+    assert p.stdout is not None
+    fd, got = p.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in got:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{text!r} never shown: {got[-500:]!r}"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"ended before {text!r} was shown: {got[-500:]!r}"
+            got += chunk
+    return got.decode()
+
+
 def _wait_running(d: Daemon, ref: str, timeout: float = 60) -> None:
     import time
 
@@ -185,12 +204,15 @@ def test_up_in_the_foreground_ctrl_c_twice_logs_f_and_events(
             assert time.monotonic() < deadline, "compose events never subscribed"
             time.sleep(0.1)
     up = _popen(cdaemon, where, name, "up")
+    follow: subprocess.Popen[str] | None = None
     try:
         _wait_running(cdaemon, f"{name}_app_1")
         follow = _popen(cdaemon, where, name, "logs", "-f", "--no-color")
-        time.sleep(2)
+        # Ctrl-C once the line is shown, as a user does: compose 1.9.0 can lose a SIGINT
+        # that comes while it is still starting (seen once in CI under load)
+        shown = _read_until(follow, "fg up", 30)
         follow.send_signal(signal.SIGINT)
-        logged = follow.communicate(timeout=10)[0]
+        logged = shown + follow.communicate(timeout=10)[0]
         assert "fg up" in logged
         up.send_signal(signal.SIGINT)
         time.sleep(1.5)
@@ -202,8 +224,8 @@ def test_up_in_the_foreground_ctrl_c_twice_logs_f_and_events(
         with _api(cdaemon) as c:
             assert c.get(f"/containers/{name}_app_1/json").json()["State"]["Running"] is False
     finally:
-        for p in (up, events):
-            if p.poll() is None:
+        for p in (up, events, follow):
+            if p is not None and p.poll() is None:
                 p.kill()
     seen = [json.loads(line) for line in events.communicate(timeout=10)[0].splitlines()
             if line.startswith("{")]

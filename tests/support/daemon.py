@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -43,7 +44,10 @@ class Daemon:
         self.logfile = self.dir / "daemon.log"
         # plugins' sockets and spec files: this daemon's own, never the machine's
         self.plugin_dir = self.dir / "plugins"
-        self.args = list(args)
+        # SVC_TEST_DAEMON_ARGS: more arguments for every test daemon, to run part of the
+        # suite against a daemon set up otherwise (e.g. --live-restore: every container
+        # under conmon); tests that assume the default then fail, as they should
+        self.args = [*args, *shlex.split(os.environ.get("SVC_TEST_DAEMON_ARGS", ""))]
         self.env = dict(env or {})
         self.probe = probe
         self.source = source or REPO  # the tree whose svcd runs (another build: an upgrade)
