@@ -148,6 +148,18 @@ def _attach_echo(d: Daemon, ref: str, text: str) -> str:
         proc.wait()
 
 
+def test_a_run_that_ends_at_once_ends_after_it_started(lr: Daemon) -> None:
+    """An end seen by the daemon is stamped now, as without conmon: the exit file's time is
+    the kernel's coarse clock, and came before the recorded start of ``true``."""
+    for i in range(10):
+        cli(lr, "run", "--name", f"quick{i}", "busybox", "true")
+        started, finished, code = inspect(
+            lr, f"quick{i}", "{{.State.StartedAt}} {{.State.FinishedAt}} {{.State.ExitCode}}"
+        ).split()
+        assert code == "0"
+        assert rfc3339(started) <= rfc3339(finished), (started, finished)
+
+
 def test_a_container_that_exits_while_away_gets_its_exit_and_its_policy(lr: Daemon) -> None:
     cli(lr, "run", "-d", "--name", "ends", "--restart", "on-failure:1", "busybox", "sh", "-c",
         "echo run; sleep 1; echo bye; exit 3")

@@ -17,7 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +55,7 @@ class MonitorHandle:
     files: MonitorFiles
     cursor: CursorFile
     input: MonitorInput | None = None  # stdin and resize (OpenStdin or a TTY)
+    since_ns: int = field(default_factory=time.time_ns)  # when this daemon took it
 
     def close(self) -> None:
         """Let go of the descriptors (the container and its conmon go on)."""
@@ -153,12 +154,16 @@ def _move(cursor: CursorFile, after: Cursor, settled: Callable[[], bool]) -> Non
         cursor.write(after)
 
 
-def exit_time_ns(files: MonitorFiles) -> int | None:
-    """When conmon wrote the exit file (the container's end, seen after a restart)."""
+def exit_time_ns(handle: MonitorHandle) -> int | None:
+    """When conmon wrote the exit file, if the container ended before this daemon took it
+    (while no daemon was there); None if it ended under this daemon's watch: its end is
+    then now, as without conmon (a file's time is the kernel's coarse clock, a few ms behind,
+    and would come before a start this daemon recorded just after it)."""
     try:
-        return os.stat(files.exit_file).st_mtime_ns
+        at = os.stat(handle.files.exit_file).st_mtime_ns
     except OSError:
         return None
+    return at if at < handle.since_ns else None
 
 
 def monitor_alive(pid: int, cid: str) -> bool:

@@ -163,7 +163,7 @@ class Supervisor:
         await self.teardown(c)
         if live.start_failure is not None:
             code, c.state.error = live.start_failure
-        at = exit_time_ns(live.monitor.files) if live.monitor is not None else None
+        at = exit_time_ns(live.monitor) if live.monitor is not None else None
         await self._exited(c, code, oom, at)
         live.exited.set()
         return code
