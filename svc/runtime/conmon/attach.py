@@ -81,11 +81,20 @@ class MonitorInput:
 
     async def discard_output(self) -> None:
         """Read and drop what conmon sends until it closes the socket (runs beside the log's
-        reader). Cancellation: nothing is left behind."""
+        reader): every packet waiting is taken before the next wait, into one buffer (conmon
+        sends each 8 KiB it reads; a container that echoes its input sends it all here
+        too). Cancellation: nothing is left behind."""
+        buf = bytearray(PACKET + 1)
+        taken = 0
         while True:
             try:
-                if not await self._sock.recv(65536):
+                if not self._raw.recv_into(buf):
                     return
+                taken += 1
+                if taken % 64 == 0:  # a steady sender must not hold the event loop
+                    await trio.lowlevel.checkpoint()
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._raw)
             except OSError:
                 return
 

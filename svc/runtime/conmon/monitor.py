@@ -88,7 +88,7 @@ class Conmon:
     def __init__(self, runc: Runc, socket_dir: Path, binary: str = "conmon") -> None:
         self.runc = runc
         self.socket_dir = socket_dir
-        self.binary = binary
+        self.binary = shutil.which(binary) or binary  # (found once, not at each launch)
 
     def _argv(self, files: MonitorFiles, cid: str, *, terminal: bool, stdin: bool,
               stdin_once: bool, log_max: int, process: Path | None) -> list[str]:
