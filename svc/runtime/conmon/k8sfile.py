@@ -162,7 +162,8 @@ def _by_heads(buf: bytes) -> tuple[list[Record], list[int]] | None:
     for head, group in groupby(lines, head_of):
         run = list(group)
         stream = head[sp1 + 1:sp2]
-        if stream not in (b"stdout", b"stderr") or len(head) != width:
+        if (stream not in (b"stdout", b"stderr") or len(head) != width
+                or head[sp1] != 32 or head[sp2] != 32):  # (spaces where the first line's are)
             return None
         tags = list(map(tag_of, run))
         full = tags.count(b"F ")

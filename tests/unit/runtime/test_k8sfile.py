@@ -151,6 +151,7 @@ def test_lines_grouped_by_head_say_what_the_lines_say() -> None:
     b"garbage", b"2026-11-28T09:37:30.1+00:00 stdout F short time",
     b"2026-11-28T09:37:30.000000001+00:00 stdout F",  # a tag without its space
     b"2026-11-28T09:37:30.000000001+00:00 stdin  F x",
+    b"2026-11-28T09:37:30.000000001+00:00xstdout F x",
 ])
 def test_a_line_not_of_conmons_width_falls_back_to_runs(odd: bytes) -> None:
     head = b"2026-11-28T09:37:30.000000001+00:00 stdout "
