@@ -28,6 +28,7 @@ from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import Cursor, CursorFile, LogTail
 from svc.runtime.conmon.monitor import Conmon, MonitorFiles, wait_gone
 from svc.runtime.protocol import Created
+from svc.runtime.runc import failure
 
 if TYPE_CHECKING:
     from svc.engine.containers.container import Container
@@ -76,14 +77,24 @@ def reset_files(files: MonitorFiles) -> None:
     shutil.rmtree(files.dir / "exec", ignore_errors=True)
 
 
-async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool) -> MonitorHandle:
+async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool,
+                      required: bool = False) -> MonitorHandle:
     """The daemon's handle on conmon ``pid``: the cursor file, and the stdin socket if the
-    container takes input (a conmon that is gone gives none: its container has exited)."""
+    container takes input (a conmon that is gone gives none: its container has exited).
+
+    Raises:
+        RuntimeFailure: ``required`` (a start) and the stdin socket cannot be reached: the
+            container would run with its input going nowhere.
+    """
     handle = MonitorHandle(pid, files, CursorFile(str(files.dir / "cursor")))
     if wants_input:
         try:
             handle.input = await MonitorInput.connect(files.attach, files.bundle / "ctl")
         except OSError as exc:
+            if required:
+                handle.close()
+                raise failure("create", 1, f"conmon's attach socket, for the container's "
+                                           f"stdin: {exc}") from exc
             log.warning("container %s: conmon's attach socket: %s", files.uid[:12], exc)
     return handle
 
@@ -94,14 +105,16 @@ async def create_monitored(monitor: Conmon, c: Container, bundle: Path
     last run's were read to their end); ``c.monitor_pid`` names the conmon.
 
     Raises:
-        RuntimeFailure: runc create failed (runc's words).
+        RuntimeFailure: runc create failed (runc's words), or conmon's stdin socket cannot
+            be reached (what was made is undone by the caller's teardown).
     """
     files = monitor_files(c.dir, bundle, c.id)
     await trio.to_thread.run_sync(reset_files, files)
     mon = await monitor.launch(c.id, files, terminal=c.tty, stdin=c.config.OpenStdin,
                                stdin_once=c.config.StdinOnce, log_max=OUTPUT_BOUND)
     c.monitor_pid = mon.monitor_pid
-    handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin)
+    handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin,
+                               required=True)
     return Created(mon.pid, None), handle
 
 

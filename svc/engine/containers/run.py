@@ -272,7 +272,7 @@ class Runner:
                 await self.teardown(c)
                 if handle is not None:
                     handle.close()
-                    c.monitor_pid = 0
+                c.monitor_pid = 0  # (also when conmon's start itself failed)
             raise
         live = Live(created.pid, cgroup=self.cgroup_of(c), console=created.console,
                     stdin=pipes.stdin if pipes is not None else None, monitor=handle)
