@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -151,7 +152,14 @@ def _popen(d: Daemon, where: Path, name: str, *args: str) -> subprocess.Popen[st
     env.update(DOCKER_HOST=d.url, COMPOSE_PROJECT_NAME=name)
     return subprocess.Popen([str(COMPOSE), *args], cwd=where, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=_ctrl_c_as_in_a_terminal)
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child: SIGINT as a terminal's process has it. A suite started in the background
+    (``cmd &`` in a shell) ignores SIGINT, a child inherits that, and compose's ``logs -f``
+    (which sets no handler of its own) would never see a Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _read_until(p: subprocess.Popen[str], text: str, timeout: float) -> str:
@@ -208,8 +216,7 @@ def test_up_in_the_foreground_ctrl_c_twice_logs_f_and_events(
     try:
         _wait_running(cdaemon, f"{name}_app_1")
         follow = _popen(cdaemon, where, name, "logs", "-f", "--no-color")
-        # Ctrl-C once the line is shown, as a user does: compose 1.9.0 can lose a SIGINT
-        # that comes while it is still starting (seen once in CI under load)
+        # Ctrl-C once the line is shown, as a user presses it
         shown = _read_until(follow, "fg up", 30)
         follow.send_signal(signal.SIGINT)
         logged = shown + follow.communicate(timeout=10)[0]

@@ -70,8 +70,14 @@ def test_refusals_reach_the_user(vhost: str, vdaemon: Daemon,
     cli(vhost, "volume", "create", "-d", "vprefuse", "--name", "good")
     cli(vhost, "volume", "create", "-d", "vprefuse", "--name", "bad",
         "-o", "mount-refuse=device busy")
-    r = docker_cli(vhost, "run", "--name", "refused", "-v", "good:/a", "-v", "bad:/b",
-                   "busybox", "true")
+    # created through the API, whose Binds keep their order: the CLI sends its -v binds in
+    # Go map order, and 'bad' first would leave 'good' never mounted
+    with api(vdaemon) as c:
+        made = c.post("/v1.23/containers/create", params={"name": "refused"},
+                      json={"Image": "busybox", "Cmd": ["true"],
+                            "HostConfig": {"Binds": ["good:/a", "bad:/b"]}})
+        assert made.status_code == 201, made.text
+    r = docker_cli(vhost, "start", "refused")
     assert r.returncode != 0 and "VolumeDriver.Mount: device busy" in r.stderr, r.stderr
     state = json.loads(cli(vhost, "inspect", "refused"))[0]["State"]
     assert not state["Running"] and "VolumeDriver.Mount: device busy" in state["Error"]
