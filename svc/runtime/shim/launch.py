@@ -1,0 +1,181 @@
+"""Starting a process under svc-shim: ``Shim.launch`` runs the shim, which runs ``runc create``
+(or ``runc exec --detach``) with pipes or a pty it keeps, and reports on the sync pipe; the
+shim's first process exits once the report is written, and the shim lives on in its own
+session (the daemon, a subreaper, adopts it until it exits itself)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from svc.runtime.runc import Runc, failure
+
+SYNC_TIMEOUT = 60.0  # bound on the shim's report of runc's outcome
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BINARY = "svc-shim"
+
+
+@dataclass(frozen=True)
+class ShimFiles:
+    """The shim's directory (its working directory) and what it keeps there."""
+
+    dir: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "shim.sock"
+
+    @property
+    def spool(self) -> Path:
+        return self.dir / "spool"
+
+    @property
+    def exit_file(self) -> Path:
+        return self.dir / "exit"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "shim.pid"
+
+    @property
+    def runc_log(self) -> Path:
+        return self.dir / "runc.log"
+
+    def exit_status(self) -> tuple[int, int] | None:
+        """(exit code, end in ns) once the shim has written them; None before."""
+        try:
+            code, at = self.exit_file.read_text().split()
+            return int(code), int(at)
+        except (OSError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Launched:
+    shim_pid: int
+    pid: int  # the process held: the container's init, or the exec's process
+
+
+def find_binary(name: str = BINARY) -> str:
+    """The shim's executable: beside the daemon's Python (the venv's ``bin``, where setup
+    builds it), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside)
+    return shutil.which(name) or name
+
+
+class Shim:
+    """svc-shim over ``runc``.
+
+    Args:
+        runc: the runtime the shim runs (its binary and ``--root``).
+        binary: the shim's executable (``find_binary``).
+        spool_max: how many bytes of output a shim keeps while no daemon reads.
+    """
+
+    def __init__(self, runc: Runc, binary: str | None = None, spool_max: int = 256 << 20
+                 ) -> None:
+        self.runc = runc
+        self.binary = binary or find_binary()
+        self.runc_binary = shutil.which(runc.binary) or runc.binary
+        self.spool_max = spool_max
+
+    def argv(self, files: ShimFiles, cid: str, bundle: Path | None, *, terminal: bool,
+             stdin: bool, process: Path | None) -> list[str]:
+        argv = [self.binary, "-d", str(files.dir), "-i", cid, "-r", self.runc_binary,
+                "-R", str(self.runc.root), "-m", str(self.spool_max)]
+        if process is not None:
+            argv += ["-e", str(process)]
+        else:
+            assert bundle is not None
+            argv += ["-b", str(bundle)]
+        if terminal:
+            argv.append("-t")
+        elif stdin:
+            argv.append("-s")
+        return argv
+
+    async def launch(self, cid: str, files: ShimFiles, bundle: Path | None = None, *,
+                     terminal: bool = False, stdin: bool = False,
+                     process: Path | None = None) -> Launched:
+        """A shim started over ``runc create`` of ``cid`` from ``bundle`` (the init waits
+        for ``runc start``), or, with ``process`` (an OCI process object's file), over
+        ``runc exec`` of it in the running container ``cid`` (it runs at once).
+
+        Raises:
+            RuntimeFailure: runc failed (runc's words), or the shim did not report.
+
+        Cancellation: the report is not waited for; a shim and a created container may
+        remain (``runc delete --force`` ends both).
+        """
+        files.dir.mkdir(parents=True, exist_ok=True)
+        self.runc.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for stale in (files.exit_file, files.runc_log, files.spool):
+            stale.unlink(missing_ok=True)
+        command = "exec" if process is not None else "create"
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH,
+                   "SVC_SHIM_SYNC": str(write_end)}
+            argv = self.argv(files, cid, bundle, terminal=terminal, stdin=stdin,
+                             process=process)
+            proc = await trio.lowlevel.open_process(
+                argv, env=env, pass_fds=(write_end,), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            os.close(write_end)
+            write_end = -1
+            with trio.fail_after(SYNC_TIMEOUT):
+                report = await _read_report(read_end)
+                await proc.wait()
+            assert proc.stderr is not None
+            stderr = (await proc.stderr.receive_some(65536)).decode(errors="replace")
+            await proc.stderr.aclose()
+        except trio.TooSlowError:
+            raise failure(command, -1, f"svc-shim did not report runc {command}'s outcome "
+                                       f"within {SYNC_TIMEOUT:.0f} s") from None
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        return _launched(report.decode(errors="replace"), stderr, files, command)
+
+
+async def _read_report(fd: int) -> bytes:
+    """The shim's report on pipe ``fd`` (one line), or what came before its end closed."""
+    os.set_blocking(fd, False)
+    out = b""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        out += chunk
+        if not chunk or b"\n" in out:
+            return out
+
+
+def _launched(report: str, stderr: str, files: ShimFiles, command: str) -> Launched:
+    words = report.split(maxsplit=3)
+    if len(words) == 3 and words[0] == "ok":
+        return Launched(int(words[1]), int(words[2]))
+    try:
+        log = files.runc_log.read_text()
+    except OSError:
+        log = ""
+    if words[:1] == ["error"] and len(words) >= 2:
+        code = int(words[1]) if words[1].lstrip("-").isdigit() else 1
+        detail = " ".join(words[2:])  # the shim's own trouble, when runc did not run
+        return _raise(failure(command, code, log or detail or stderr))
+    return _raise(failure(command, 1, stderr.strip() or "svc-shim exited without a report"))
+
+
+def _raise(exc: Exception) -> Launched:
+    raise exc
