@@ -207,6 +207,9 @@ class Console(trio.abc.Stream):
     async def aclose(self) -> None:
         await self._stream.aclose()
 
+    def close(self) -> None:
+        self._stream.close()
+
 
 class ConsoleSocket:
     """The unix listener ``runc create --console-socket`` connects to, to hand over the pty

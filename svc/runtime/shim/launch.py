@@ -50,7 +50,7 @@ class ShimFiles:
     def exit_status(self) -> tuple[int, int] | None:
         """(exit code, end in ns) once the shim has written them; None before."""
         try:
-            code, at = self.exit_file.read_text().split()
+            code, at = self.exit_file.read_text().split()[:2]
             return int(code), int(at)
         except (OSError, ValueError):
             return None

@@ -24,8 +24,9 @@
  *   spool      output drained while no daemon was connected: records of a 16-byte head
  *              (u8 stream 1|2, 3 zero bytes, u32 length, u64 CLOCK_REALTIME ns; little
  *              endian) and the bytes
- *   exit       "<code> <ns>\n" once the process has ended (code: its exit status, or
- *              128 + the signal that killed it); written atomically
+ *   exit       "<code> <ns> <dropped>\n" once the process has ended (code: its exit status,
+ *              or 128 + the signal that killed it; dropped: output bytes the full spool did
+ *              not keep); written atomically, after the output
  *   init.pid   runc's pid file; runc.log runc's messages (json)
  *
  * Protocol on shim.sock, one message per packet, text lines:
@@ -239,7 +240,7 @@ static void write_exit(void) {
     char text[64];
     if (spool_fd >= 0)
         fsync(spool_fd); /* the output before the end */
-    snprintf(text, sizeof text, "%d %lld\n", exit_code, exit_ns);
+    snprintf(text, sizeof text, "%d %lld %lld\n", exit_code, exit_ns, dropped);
     write_file("exit", text);
 }
 
@@ -279,6 +280,12 @@ static int receive_master(int sock) {
     memcpy(&fd, CMSG_DATA(c), sizeof fd);
     return fd;
 }
+
+/* children reaped while runc ran: the process itself may be one (an exec that ends at
+ * once is reparented to the shim, and reaped, before runc has exited) */
+#define EARLY_MAX 64
+static pid_t early_pid[EARLY_MAX];
+static int early_status[EARLY_MAX], n_early;
 
 /* runc create (or exec) of the process; its pid, or -1 with runc's exit status in *status */
 static pid_t run_runc(int sigfd, int *status) {
@@ -379,9 +386,14 @@ static pid_t run_runc(int sigfd, int *status) {
             while (read(sigfd, &si, sizeof si) == sizeof si) { /* drained */ }
             int st;
             pid_t r;
-            while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+            while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
                 if (r == runc)
                     runc_status = st;
+                else if (n_early < EARLY_MAX) { /* an exec that ended before runc did */
+                    early_pid[n_early] = r;
+                    early_status[n_early++] = st;
+                }
+            }
         }
         if (runc_status >= 0 && o.tty && io[1] < 0)
             break; /* runc ended without sending a terminal */
@@ -568,7 +580,10 @@ int main(int argc, char **argv) {
         close(sync_fd);
         sync_fd = -1;
     }
-    reap(); /* (an exec may have ended already) */
+    for (int i = 0; i < n_early; i++)
+        if (early_pid[i] == pid)
+            reaped(early_status[i]);
+    reap(); /* (an exec may have ended since) */
     int exit_written = 0;
 
     for (;;) {
@@ -631,8 +646,8 @@ int main(int argc, char **argv) {
             if (at_out[i] >= 0 && p[at_out[i]].revents && client < 0)
                 drain_one(i);
     }
-    if (spool_fd >= 0)
-        fsync(spool_fd);
+    if (!done)
+        write_exit(); /* again: the output drained after the first (and what it dropped) */
     unlink("shim.sock");
     return 0;
 }

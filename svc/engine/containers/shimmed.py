@@ -1,0 +1,274 @@
+"""Containers held by svc-shim (live restore): the shim holds the container's pipes or pty and
+its exit status while no daemon does, and hands a connected daemon its descriptors; the
+daemon then reads the container's output itself, as it does without live restore.
+
+What the daemon owes the shim's design (``svc.runtime.shim``):
+- **At start or after a restart**, the spool (what the shim drained while no daemon was
+  connected) is read from the cursor to the size the shim reported, before the live pipes:
+  the order the container wrote in is kept. The spool's space is then given back.
+- **No chunk is lost to a SIGKILL**: an output pipe is peeked (``PeekedPipe``), and a chunk
+  is taken out of it only once it is in the log, in the same step as the cursor's write
+  (which also keeps the log's unfinished lines). A kill between the log's write and the
+  cursor's (no checkpoint between them) can log one chunk twice. A TTY's output (a pty
+  cannot be peeked) loses what was read and not yet written.
+- **stdin**: the shim keeps its own end open (a daemon going is no EOF for the container);
+  a client's EOF under ``StdinOnce`` tells the shim to close it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from svc.engine.containers.attach import output_chunks
+from svc.engine.containers.monitored import UNKNOWN_EXIT, Deliver
+from svc.runtime.conmon.monitor import wait_gone
+from svc.runtime.process import Console
+from svc.runtime.protocol import Created
+from svc.runtime.runc import failure
+from svc.runtime.shim import spool
+from svc.runtime.shim.channel import ShimChannel, ShimError
+from svc.runtime.shim.cursor import CursorState, SpoolCursor
+from svc.runtime.shim.launch import Shim, ShimFiles
+from svc.runtime.shim.peek import PeekedPipe
+
+if TYPE_CHECKING:
+    from svc.engine.containers.container import Container
+
+log = logging.getLogger("svc.engine.containers")
+
+KIND = "shim"  # a container record's ``monitor_kind``
+DRAIN_SECONDS = 2.0  # after the end, how long output still held by others may flow
+# how much output a shim keeps while no daemon reads it; beyond, it counts what it drops
+# and the log gets ``LOST`` where the rest would have been
+SPOOL_MAX = 256 << 20
+LOST = ("[svc] output lost: the container wrote more than the shim keeps ({mib} MiB) while "
+        "the daemon was away; {n} bytes of it are gone\n")
+
+
+class ShimStdin:
+    """The container's stdin as the daemon writes it: its own copy of the pipe's write end.
+    Closing it (a client's EOF under ``StdinOnce``) tells the shim to close its copy too:
+    only then does the container read EOF."""
+
+    def __init__(self, fd: int, channel: ShimChannel) -> None:
+        self._stream = trio.lowlevel.FdStream(fd)
+        self._channel = channel
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        self._channel.close_stdin()
+        await self._stream.aclose()
+
+    def close(self) -> None:
+        """Let go (the daemon stops): the shim's copy stays open."""
+        self._stream.close()
+
+
+@dataclass
+class ShimHandle:
+    """What the daemon holds of a container's shim while it supervises it."""
+
+    pid: int
+    files: ShimFiles
+    cursor: SpoolCursor
+    channel: ShimChannel | None = None  # None: the shim had gone (the container ended)
+    stdout: PeekedPipe | None = None
+    stderr: PeekedPipe | None = None
+    stdin: ShimStdin | None = None
+    console: Console | None = None
+    since_ns: int = field(default_factory=time.time_ns)  # when this daemon took it
+
+    def close(self) -> None:
+        """Let go of the descriptors (the container and its shim go on; what was read and
+        not consumed stays in the pipes, for the shim)."""
+        for pipe in (self.stdout, self.stderr):
+            if pipe is not None:
+                pipe.close()
+        if self.stdin is not None:
+            self.stdin.close()
+        if self.console is not None:
+            self.console.close()
+        if self.channel is not None:
+            self.channel.close()
+        self.cursor.close()
+
+    def ended_while_away(self) -> int | None:
+        """When the container ended, if that was before this daemon took it (told at
+        connect, or the shim had gone); None if this daemon saw the end: it is now."""
+        told = self.channel.hello.exit if self.channel is not None else self.files.exit_status()
+        if told is None or told[1] >= self.since_ns:
+            return None
+        return told[1]
+
+
+def shim_files(container_dir: Path) -> ShimFiles:
+    return ShimFiles(container_dir / "shim")
+
+
+async def create_shimmed(shim: Shim, c: Container, bundle: Path) -> tuple[Created, ShimHandle]:
+    """``runc create`` of ``c`` under a new shim, connected; ``c.monitor_pid`` names the
+    shim. The cursor starts afresh (this run's spool is new).
+
+    Raises:
+        RuntimeFailure: runc create failed (runc's words), or the shim cannot be reached.
+    """
+    files = shim_files(c.dir)
+    files.dir.mkdir(parents=True, exist_ok=True)
+    (files.dir / "cursor").unlink(missing_ok=True)
+    launched = await shim.launch(c.id, files, bundle, terminal=c.tty, stdin=c.config.OpenStdin)
+    c.monitor_pid, c.monitor_kind = launched.shim_pid, KIND
+    try:
+        handle = await connect(launched.shim_pid, files)
+    except ShimError as exc:
+        raise failure("create", 1, f"svc-shim of the container: {exc}") from exc
+    return Created(launched.pid, None), handle
+
+
+async def connect(pid: int, files: ShimFiles) -> ShimHandle:
+    """The daemon's handle on shim ``pid``, connected, with the container's descriptors.
+
+    Raises:
+        ShimError: the shim does not answer (it has exited).
+    """
+    channel = await ShimChannel.connect(files.socket)
+    handle = ShimHandle(pid, files, SpoolCursor(str(files.dir / "cursor")), channel)
+    fds = channel.hello.fds
+    if len(fds) == 1:
+        handle.console = Console(fds[0])
+    elif len(fds) >= 2:
+        handle.stdout, handle.stderr = PeekedPipe(fds[0]), PeekedPipe(fds[1])
+        if len(fds) == 3:
+            handle.stdin = ShimStdin(fds[2], channel)
+    return handle
+
+
+def gone_handle(pid: int, files: ShimFiles) -> ShimHandle | None:
+    """A handle on a container whose shim has gone while no daemon was there: its spool and
+    exit file (None if there is no exit file: nothing to take back)."""
+    if files.exit_status() is None:
+        return None
+    return ShimHandle(pid, files, SpoolCursor(str(files.dir / "cursor")))
+
+
+def shim_alive(pid: int, cid: str) -> bool:
+    """Whether ``pid`` is still the shim of container ``cid`` (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == b"svc-shim" and cid.encode() in argv
+
+
+async def follow_shim(handle: ShimHandle, state: CursorState, deliver: Deliver,
+                      pending: Callable[[], tuple[bytes, bytes]]) -> int:
+    """Hand the spool (from ``state``), then the live output, to ``deliver`` until the
+    container has ended and its output is read; return its exit code. ``pending()`` gives
+    the log's unfinished lines, kept in the cursor with each move.
+
+    Cancellation (the daemon stops): the cursor is after the last chunk delivered; a chunk
+    read and not delivered stays in its pipe; the container and its shim go on.
+    """
+    hello = handle.channel.hello if handle.channel is not None else None
+    stop = hello.spool_size if hello is not None else _size(handle.files.spool)
+    dropped = hello.dropped if hello is not None else _dropped(handle.files)
+    seen = state.dropped
+
+    def move(offset: int) -> Callable[[], None]:
+        return lambda: handle.cursor.write(offset, pending(), seen)
+
+    for rec in spool.records(handle.files.spool, state.offset, stop):
+        await deliver(rec.stream, rec.data, rec.ts_ns, move(rec.end))
+    if dropped > seen:  # told once, where the lost output would have been
+        text = LOST.format(mib=SPOOL_MAX >> 20, n=dropped - seen)
+        log.warning("container %s: %s", handle.files.dir.parent.name[:12], text.strip())
+        seen = dropped
+        await deliver("stderr", text.encode(), time.time_ns(), move(stop))
+    if stop > state.offset:
+        handle.cursor.write(stop, pending(), seen)
+        await trio.to_thread.run_sync(spool.punch, handle.files.spool, stop)
+    if handle.channel is None:
+        status = handle.files.exit_status()
+        return UNKNOWN_EXIT if status is None else status[0]
+    handle.channel.ack(stop)
+    return await _follow_live(handle, deliver, move(stop))
+
+
+async def _follow_live(handle: ShimHandle, deliver: Deliver, moved: Callable[[], None]) -> int:
+    assert handle.channel is not None
+    sources: list[tuple[PeekedPipe | Console, str]] = (
+        [(handle.console, "stdout")] if handle.console is not None
+        else [(p, n) for p, n in ((handle.stdout, "stdout"), (handle.stderr, "stderr"))
+              if p is not None])
+    async with trio.open_nursery() as nursery:
+        done: list[trio.Event] = []
+        for source, name in sources:
+            ev = trio.Event()
+            done.append(ev)
+            nursery.start_soon(_copy, source, name, deliver, moved, ev)
+        ended = await handle.channel.wait_exit()
+        with trio.move_on_after(DRAIN_SECONDS):
+            for ev in done:
+                await ev.wait()
+        nursery.cancel_scope.cancel()
+    handle.channel.done()
+    if ended is None:
+        log.error("container %s: its shim ended without telling the exit",
+                  handle.files.dir.parent.name[:12])
+        status = handle.files.exit_status()
+        return UNKNOWN_EXIT if status is None else status[0]
+    return ended[0]
+
+
+async def _copy(source: PeekedPipe | Console, name: str, deliver: Deliver,
+                moved: Callable[[], None], done: trio.Event) -> None:
+    """One stream's chunks to ``deliver``; a peeked pipe's chunk is taken out of the pipe
+    right after the log's write, with the cursor's (the log's unfinished lines)."""
+    consume = source.consume if isinstance(source, PeekedPipe) else None
+
+    def logged() -> None:
+        moved()
+        if consume is not None:
+            consume()
+
+    async for chunk in output_chunks(source):
+        await deliver(name, chunk, time.time_ns(), logged)
+    done.set()
+
+
+async def wait_shim_gone(handle: ShimHandle) -> int:
+    """Until the shim has exited (after a kill, when watching failed); its exit code."""
+    with contextlib.suppress(OSError):
+        await wait_gone(handle.pid)
+    status = handle.files.exit_status()
+    return UNKNOWN_EXIT if status is None else status[0]
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _dropped(files: ShimFiles) -> int:
+    """What a shim that has gone dropped (its exit file's third figure)."""
+    try:
+        words = files.exit_file.read_text().split()
+        return int(words[2]) if len(words) > 2 else 0
+    except (OSError, ValueError):
+        return 0

@@ -1,0 +1,56 @@
+"""How far the daemon has read a shim's spool, and the unfinished last lines it holds
+(``SpoolCursor``): one small file, rewritten in place with a single ``pwrite`` after each
+write to the log (a daemon killed at any moment finds the last whole state: a kill ends a
+process between system calls, never within one). Not fsynced: it is the daemon's death it
+must survive, not the machine's (the log itself is not fsynced either).
+
+Layout: u64 spool offset, u64 dropped bytes already told, u32 stdout's unfinished line's
+length, u32 stderr's, the two lines (little endian); trailing bytes of an older, longer state
+are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+HEAD = struct.Struct("<QQII")
+
+
+@dataclass
+class CursorState:
+    offset: int = 0
+    pending: tuple[bytes, bytes] = field(default=(b"", b""))
+    dropped: int = 0  # of the shim's dropped bytes, how many the log was told of
+
+
+class SpoolCursor:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._last = b""
+
+    def read(self) -> CursorState:
+        data = os.pread(self._fd, 1 << 20, 0)
+        if len(data) < HEAD.size:
+            return CursorState()
+        offset, dropped, n_out, n_err = HEAD.unpack_from(data)
+        if HEAD.size + n_out + n_err > len(data):
+            return CursorState(offset, dropped=dropped)  # (damaged from outside)
+        out = data[HEAD.size : HEAD.size + n_out]
+        err = data[HEAD.size + n_out : HEAD.size + n_out + n_err]
+        self._last = data[: HEAD.size + n_out + n_err]
+        return CursorState(offset, (out, err), dropped)
+
+    def write(self, offset: int, pending: tuple[bytes, bytes], dropped: int = 0) -> None:
+        """Record the state; nothing is written when it has not changed."""
+        data = HEAD.pack(offset, dropped, len(pending[0]), len(pending[1])) + pending[0] \
+            + pending[1]
+        if data != self._last:
+            os.pwrite(self._fd, data, 0)
+            self._last = data
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
