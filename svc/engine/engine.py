@@ -44,7 +44,7 @@ from svc.plugins.manager import PluginManager
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.conmon.monitor import Conmon
+from svc.runtime.monitors import Monitors
 from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches, reap_orphans
@@ -84,7 +84,7 @@ class Adapters:
     runtime: Runtime
     cgroups: CgroupV1
     store: ObjectStore
-    monitor: Conmon | None = None  # live restore: what containers run under
+    monitor: Monitors | None = None  # live restore: what processes run under
 
 
 class Engine:

@@ -1,9 +1,10 @@
 """A daemon with ``--live-restore`` per test (each test stops, kills and restarts it), holding
-``busybox:latest``; cleaned up whatever happens: its containers (and so their conmons),
+``busybox:latest``; cleaned up whatever happens: its containers (and so their monitors),
 mounts, cgroups and bridge."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -12,13 +13,17 @@ from datetime import datetime
 
 import pytest
 
+from svc.runtime.shim.launch import find_binary
 from tests.conftest import docker_cli
 from tests.support.daemon import Daemon, import_busybox
 
 
 def need_conmon() -> None:
+    """svc-shim holds containers and conmon exec sessions: both must be there."""
     if shutil.which("conmon") is None:
         pytest.skip("conmon is not installed (scripts/setup.sh installs it)")
+    if not os.access(find_binary(), os.X_OK):
+        pytest.skip(f"no svc-shim at {find_binary()} (scripts/setup.sh builds it)")
 
 
 @pytest.fixture

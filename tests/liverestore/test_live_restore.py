@@ -198,8 +198,9 @@ def test_fifty_megabytes_written_while_away_are_all_logged(lr: Daemon) -> None:
               f"sleep 1; yes 0123456789012345678901234567890123456789012345678 | "
               f"head -c {size}; echo; echo END; sleep 300").strip()
     lr.kill()
-    wait_for(lambda: (lr.root / "containers" / cid / "monitor" / "output.log").stat().st_size
-             > size, timeout=60, what="conmon's log of the output")
+    spooled = lr.root / "containers" / cid / "shim" / "spool"
+    wait_for(lambda: spooled.exists() and spooled.stat().st_size > size, timeout=60,
+             what="the shim's spool of the output")
     lr.start()
     log = lr.root / "containers" / cid / f"{cid}-json.log"
     wait_for(lambda: b"END" in log.read_bytes()[-200:], timeout=60, what="the end in the log")

@@ -19,10 +19,12 @@ from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.shim import spool
 from svc.runtime.shim.channel import ShimChannel
 from svc.runtime.shim.launch import Launched, Shim, ShimFiles, find_binary
+from svc.runtime.shim.peek import PeekedPipe
 from tests.runtime.conftest import TIMEOUT, RuncEnv
 
-pytestmark = pytest.mark.skipif(not os.access(find_binary(), os.X_OK),
-                                reason=f"no svc-shim at {find_binary()} (scripts/setup.sh builds it)")
+pytestmark = pytest.mark.skipif(
+    not os.access(find_binary(), os.X_OK),
+    reason=f"no svc-shim at {find_binary()} (scripts/setup.sh builds it)")
 
 
 async def _launch(rt: RuncEnv, tmp_path: Path, args: list[str], *, terminal: bool = False,
@@ -66,22 +68,26 @@ async def _wait_gone(pid: int) -> None:
 
 async def test_the_daemon_reads_the_pipes_and_is_told_the_exit(rt: RuncEnv,
                                                                tmp_path: Path) -> None:
-    cid, files, launched = await _launch(rt, tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    script = "echo out; echo err >&2; exit 7"
+    cid, files, launched = await _launch(rt, tmp_path, ["sh", "-c", script])
     assert launched.pid > 0 and launched.shim_pid != launched.pid
     channel = await ShimChannel.connect(files.socket)
     assert channel.hello.exit is None and channel.hello.spool_size == 0
     out_fd, err_fd = channel.hello.fds
     await rt.runc.start(cid)
+    got: dict[str, bytes] = {}
+
+    async def read(name: str, fd: int) -> None:
+        got[name] = await _read_to_end(fd)
+
     with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            got: dict[str, bytes] = {}
-
-            async def read(name: str, fd: int) -> None:
-                got[name] = await _read_to_end(fd)
-
-            nursery.start_soon(read, "out", out_fd)
-            nursery.start_soon(read, "err", err_fd)
-            ended = await channel.wait_exit()
+        async with trio.open_nursery() as outer:
+            outer.start_soon(channel.run)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "out", out_fd)
+                nursery.start_soon(read, "err", err_fd)
+                ended = await channel.wait_exit()
+            outer.cancel_scope.cancel()
     assert got == {"out": b"out\n", "err": b"err\n"}
     assert ended is not None and ended[0] == 7
     assert files.exit_status() == ended
@@ -112,7 +118,7 @@ async def test_output_without_a_daemon_goes_to_the_spool_and_reads_back(
     assert _joined(files, channel, "stderr") == b"".join(b"err-%d\n" % i for i in range(1, 3001))
     recs = list(spool.records(files.spool, 0, hello.spool_size))
     assert recs[-1].end == hello.spool_size
-    assert all(0 < r.ts_ns <= s.ts_ns for r, s in zip(recs, recs[1:]))
+    assert all(0 < r.ts_ns <= s.ts_ns for r, s in zip(recs, recs[1:], strict=False))
     # read and kept: acknowledged, and its space given back
     channel.ack(hello.spool_size)
     spool.punch(files.spool, hello.spool_size)
@@ -165,8 +171,11 @@ async def test_a_daemon_that_goes_and_comes_back_misses_nothing(rt: RuncEnv,
     os.close(in_fd)
     rest = _spooled(files)[: second.hello.spool_size]
     with trio.fail_after(TIMEOUT):
-        live = await _read_to_end(out_fd)
-        await second.wait_exit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second.run)
+            live = await _read_to_end(out_fd)
+            await second.wait_exit()
+            nursery.cancel_scope.cancel()
     assert part + rest + live == b"".join(b"%d\n" % i for i in range(1, 4001)) + b"after-x\n"
     os.close(err_fd)
     second.done()
@@ -210,8 +219,11 @@ async def test_a_terminal_is_handed_over_and_resized(rt: RuncEnv, tmp_path: Path
     await rt.runc.start(cid)
     os.write(master, b"hi\n")
     with trio.fail_after(TIMEOUT):
-        out = await _read_to_end(master)
-        ended = await channel.wait_exit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.run)
+            out = await _read_to_end(master)
+            ended = await channel.wait_exit()
+            nursery.cancel_scope.cancel()
     assert b"33 111\r\n" in out and b"got-hi\r\n" in out
     assert ended is not None and ended[0] == 0
     channel.done()
@@ -259,5 +271,46 @@ async def test_a_shim_costs_little_memory(rt: RuncEnv, tmp_path: Path) -> None:
                        if line.startswith("VmRSS:")))
     print(f"svc-shim RSS after 1.3 MB of output: {rss_kib} KiB")
     assert rss_kib <= 1024
+    await rt.runc.delete(cid, force=True)
+    await _wait_gone(launched.shim_pid)
+
+
+async def test_what_the_daemon_has_not_logged_is_drained_and_what_it_has_is_not(
+        rt: RuncEnv, tmp_path: Path) -> None:
+    """A peeked pipe: the shim takes a chunk out only when asked, and counts; a daemon gone
+    between copying a chunk and asking leaves it to the spool, at its stream's offset."""
+    cid, files, launched = await _launch(
+        rt, tmp_path, ["sh", "-c", "echo one; read x; echo two; read x; echo three; sleep 30"],
+        stdin=True)
+    channel = await ShimChannel.connect(files.socket)
+    out_fd, err_fd, in_fd = channel.hello.fds
+    pipe = PeekedPipe(out_fd, channel, 0, logged=0)
+    await rt.runc.start(cid)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.run)
+            assert await pipe.receive_some() == b"one\n"
+            pipe.consume()  # logged: the shim takes it
+            assert await channel.wait_taken(0, 4)
+            os.write(in_fd, b"\n")
+            assert await pipe.receive_some() == b"two\n"  # (the shim has "one" out)
+            assert pipe.offset == 8
+            nursery.cancel_scope.cancel()
+    pipe.close()  # gone before asking: "two" stays in the pipe
+    os.close(err_fd)
+    channel.close()
+    os.write(in_fd, b"\n")
+    with trio.fail_after(TIMEOUT):
+        while b"three" not in (_spooled(files) if files.spool.exists() else b""):
+            await trio.sleep(0.02)
+    recs = list(spool.records(files.spool, 0, os.stat(files.spool).st_size))
+    assert [(r.at, r.data) for r in recs][0] == (4, b"two\n")
+    assert b"".join(r.data for r in recs) == b"two\nthree\n"
+    again = await ShimChannel.connect(files.socket)
+    assert again.hello.taken == (14, 0)
+    for fd in again.hello.fds:
+        os.close(fd)
+    again.close()
+    os.close(in_fd)
     await rt.runc.delete(cid, force=True)
     await _wait_gone(launched.shim_pid)

@@ -27,6 +27,7 @@ from svc.storage.jsonlog.writer import JsonLogWriter
 
 if TYPE_CHECKING:
     from svc.engine.containers.monitored import MonitorHandle
+    from svc.engine.containers.shimmed import ShimHandle
 
 ID_BYTES = 32
 
@@ -81,8 +82,8 @@ class Live:
     # file system from here while the supervisor tears it down
     ended: trio.Event = field(default_factory=trio.Event)
     code: int = -1
-    # under conmon (live restore): its process, files, the log's cursor, the stdin socket
-    monitor: MonitorHandle | None = None
+    # under svc-shim or conmon (live restore): the monitor's process, files, descriptors
+    monitor: MonitorHandle | ShimHandle | None = None
 
 
 @dataclass
@@ -103,7 +104,8 @@ class Container:
     dir: Path = Path("/")  # <root>/containers/<id>
     live: Live | None = None
     exec_ids: list[str] = field(default_factory=list)
-    monitor_pid: int = 0  # its conmon while it runs under one (live restore)
+    monitor_pid: int = 0  # its svc-shim (or conmon) while it runs under one (live restore)
+    monitor_kind: str = ""  # "shim", or "conmon" (what builds before svc-shim used)
     mounts: list[MountPoint] = field(default_factory=list)  # mounts.plan
     net_config: dict[str, EndpointPlan] = field(default_factory=dict)  # by network id
     restart_scope: trio.CancelScope | None = None  # the pending delay of a restart
@@ -212,7 +214,8 @@ class Container:
                 "manually_stopped": self.manually_stopped,
                 "mounts": [m.model_dump() for m in self.mounts],
                 "net_config": {k: v.record() for k, v in self.net_config.items()},
-                **({"monitor_pid": self.monitor_pid} if self.monitor_pid else {})}
+                **({"monitor_pid": self.monitor_pid, "monitor_kind": self.monitor_kind}
+                   if self.monitor_pid else {})}
 
     @classmethod
     def from_record(cls, rec: dict[str, Any], containers_dir: Path) -> Container:
@@ -230,6 +233,8 @@ class Container:
                    net_config={str(k): EndpointPlan.from_record(dict(v))
                                for k, v in (rec.get("net_config") or {}).items()},
                    monitor_pid=int(rec.get("monitor_pid") or 0),
+                   # (a record without a kind was written by a build that used only conmon)
+                   monitor_kind=str(rec.get("monitor_kind") or "conmon"),
                    dir=containers_dir / cid)
 
 

@@ -200,7 +200,7 @@ class ExecService:
         with self.launches.launching():
             try:
                 if self.runner.monitor is not None:  # (live restore: it outlives the daemon)
-                    await launch_exec(self.runner.monitor, inst, process)
+                    await launch_exec(self.runner.monitor.conmon, inst, process)
                     inst.started_event.set()
                     self.runner.spawn(supervise_exec, inst)
                     return

@@ -24,6 +24,7 @@ from svc.engine.containers.monitored import monitor_alive
 from svc.engine.containers.registry import ContainerRegistry
 from svc.engine.containers.rootfs import unmount_quietly
 from svc.engine.containers.run import Runner
+from svc.engine.containers.shimmed import shim_alive
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.runtime.mounts import mounts_under
@@ -68,9 +69,11 @@ class ContainerRestore:
 
 
     def still_running(self) -> set[str]:
-        """Before the restore: the containers running on under a conmon (live restore)."""
+        """Before the restore: the containers running on under a monitor (live restore)."""
+        alive = {"shim": shim_alive, "conmon": monitor_alive}
         return {c.id for c in self.registry.all()
-                if self.runner.monitor is not None and monitor_alive(c.monitor_pid, c.id)}
+                if self.runner.monitor is not None and c.monitor_pid
+                and alive.get(c.monitor_kind, monitor_alive)(c.monitor_pid, c.id)}
 
     def _sweep_leftovers(self, known: set[str]) -> None:
         """Blocking: remove the directories of containers that have no record: what a crash

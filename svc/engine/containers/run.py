@@ -25,9 +25,9 @@ import trio
 
 from svc.engine.containers import files, links
 from svc.engine.containers.container import Container, Live, now_ns
-from svc.engine.containers.monitored import MonitorHandle, create_monitored
 from svc.engine.containers.overlay import Overlay
 from svc.engine.containers.rootfs import image_dir
+from svc.engine.containers.shimmed import ShimHandle, create_shimmed
 from svc.engine.containers.shipping import open_shipping
 from svc.engine.containers.spec import HostFacts, oci_spec, write_bundle
 from svc.engine.containers.state import transition
@@ -41,7 +41,7 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.conmon.monitor import Conmon
+from svc.runtime.monitors import Monitors
 from svc.runtime.mounts import mounts_under
 from svc.runtime.process import ContainerPipes, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
@@ -79,9 +79,9 @@ class Runner:
                  save: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
                  resolve: Callable[[str], Container], trash: Trash | None = None,
-                 monitor: Conmon | None = None) -> None:
+                 monitor: Monitors | None = None) -> None:
         self.runtime = runtime
-        self.monitor = monitor  # live restore: containers run under conmon
+        self.monitor = monitor  # live restore: containers run under svc-shim
         self.trash = trash  # removed containers' directories, deleted in the background
         self.cgroups = cgroups
         self.images = images
@@ -224,7 +224,7 @@ class Runner:
     async def _create_mounted(self, c: Container) -> tuple[Live, ContainerPipes | None]:
         await self.mount(c)
         pipes: ContainerPipes | None = None
-        handle: MonitorHandle | None = None
+        handle: ShimHandle | None = None
         try:
             await self._mount_volumes(c)
             nets = self.networks
@@ -247,7 +247,7 @@ class Runner:
                 with contextlib.suppress(RuntimeFailure):
                     await self.runtime.delete(c.id, force=True)
             if self.monitor is not None:
-                created, handle = await create_monitored(self.monitor, c, bundle)
+                created, handle = await create_shimmed(self.monitor.shim, c, bundle)
             elif c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:
@@ -276,8 +276,8 @@ class Runner:
             raise
         live = Live(created.pid, cgroup=self.cgroup_of(c), console=created.console,
                     stdin=pipes.stdin if pipes is not None else None, monitor=handle)
-        if handle is not None:  # stdin and resize through conmon
-            live.console, live.stdin = (handle.input, None) if c.tty else (None, handle.input)
+        if handle is not None:  # the shim's descriptors: stdin, the pty
+            live.console, live.stdin = handle.console, handle.stdin
         c.live = live
         return live, pipes
 

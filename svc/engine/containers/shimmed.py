@@ -22,7 +22,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,6 +87,7 @@ class ShimHandle:
     pid: int
     files: ShimFiles
     cursor: SpoolCursor
+    state: CursorState  # as the cursor was when this daemon took the container
     channel: ShimChannel | None = None  # None: the shim had gone (the container ended)
     stdout: PeekedPipe | None = None
     stderr: PeekedPipe | None = None
@@ -139,18 +142,21 @@ async def create_shimmed(shim: Shim, c: Container, bundle: Path) -> tuple[Create
 
 
 async def connect(pid: int, files: ShimFiles) -> ShimHandle:
-    """The daemon's handle on shim ``pid``, connected, with the container's descriptors.
+    """The daemon's handle on shim ``pid``, connected, with the container's descriptors
+    (the output pipes resume after what the cursor says is logged).
 
     Raises:
         ShimError: the shim does not answer (it has exited).
     """
     channel = await ShimChannel.connect(files.socket)
-    handle = ShimHandle(pid, files, SpoolCursor(str(files.dir / "cursor")), channel)
+    cursor = SpoolCursor(str(files.dir / "cursor"))
+    handle = ShimHandle(pid, files, cursor, cursor.read(), channel)
     fds = channel.hello.fds
     if len(fds) == 1:
         handle.console = Console(fds[0])
     elif len(fds) >= 2:
-        handle.stdout, handle.stderr = PeekedPipe(fds[0]), PeekedPipe(fds[1])
+        handle.stdout = PeekedPipe(fds[0], channel, 0, handle.state.logged[0])
+        handle.stderr = PeekedPipe(fds[1], channel, 1, handle.state.logged[1])
         if len(fds) == 3:
             handle.stdin = ShimStdin(fds[2], channel)
     return handle
@@ -161,7 +167,8 @@ def gone_handle(pid: int, files: ShimFiles) -> ShimHandle | None:
     exit file (None if there is no exit file: nothing to take back)."""
     if files.exit_status() is None:
         return None
-    return ShimHandle(pid, files, SpoolCursor(str(files.dir / "cursor")))
+    cursor = SpoolCursor(str(files.dir / "cursor"))
+    return ShimHandle(pid, files, cursor, cursor.read())
 
 
 def shim_alive(pid: int, cid: str) -> bool:
@@ -174,58 +181,72 @@ def shim_alive(pid: int, cid: str) -> bool:
     return bool(argv) and os.path.basename(argv[0]) == b"svc-shim" and cid.encode() in argv
 
 
-async def follow_shim(handle: ShimHandle, state: CursorState, deliver: Deliver,
+async def follow_shim(handle: ShimHandle, deliver: Deliver,
                       pending: Callable[[], tuple[bytes, bytes]]) -> int:
-    """Hand the spool (from ``state``), then the live output, to ``deliver`` until the
+    """Hand the spool (from the cursor), then the live output, to ``deliver`` until the
     container has ended and its output is read; return its exit code. ``pending()`` gives
     the log's unfinished lines, kept in the cursor with each move.
 
-    Cancellation (the daemon stops): the cursor is after the last chunk delivered; a chunk
-    read and not delivered stays in its pipe; the container and its shim go on.
+    Cancellation (the daemon stops): the cursor is after the last chunk delivered; what is
+    not in the log is in the pipes (the shim drains them) or in the spool; the container
+    and its shim go on.
     """
+    state = handle.state
     hello = handle.channel.hello if handle.channel is not None else None
     stop = hello.spool_size if hello is not None else _size(handle.files.spool)
     dropped = hello.dropped if hello is not None else _dropped(handle.files)
-    seen = state.dropped
+    logged = list(state.logged)
 
-    def move(offset: int) -> Callable[[], None]:
-        return lambda: handle.cursor.write(offset, pending(), seen)
+    def save(offset: int) -> None:
+        handle.cursor.write(CursorState(offset, pending(), state.dropped, (logged[0], logged[1])))
 
     for rec in spool.records(handle.files.spool, state.offset, stop):
-        await deliver(rec.stream, rec.data, rec.ts_ns, move(rec.end))
-    if dropped > seen:  # told once, where the lost output would have been
-        text = LOST.format(mib=SPOOL_MAX >> 20, n=dropped - seen)
+        i = 0 if rec.stream == "stdout" else 1
+        data = rec.data[max(0, logged[i] - rec.at):]  # (what the log has is not repeated)
+        logged[i] = max(logged[i], rec.at + len(rec.data))
+        if data:
+            await deliver(rec.stream, data, rec.ts_ns, partial(save, rec.end))
+    if dropped > state.dropped:  # told once, where the lost output would have been
+        text = LOST.format(mib=SPOOL_MAX >> 20, n=dropped - state.dropped)
         log.warning("container %s: %s", handle.files.dir.parent.name[:12], text.strip())
-        seen = dropped
-        await deliver("stderr", text.encode(), time.time_ns(), move(stop))
+        state.dropped = dropped
+        await deliver("stderr", text.encode(), time.time_ns(), partial(save, stop))
     if stop > state.offset:
-        handle.cursor.write(stop, pending(), seen)
+        save(stop)
         await trio.to_thread.run_sync(spool.punch, handle.files.spool, stop)
     if handle.channel is None:
         status = handle.files.exit_status()
         return UNKNOWN_EXIT if status is None else status[0]
     handle.channel.ack(stop)
-    return await _follow_live(handle, deliver, move(stop))
+
+    def moved(stream: int, offset: int) -> None:  # a live chunk is in the log: so says the
+        logged[stream] = offset                   # cursor, before the shim takes it
+        save(stop)
+
+    return await _follow_live(handle, deliver, moved)
 
 
-async def _follow_live(handle: ShimHandle, deliver: Deliver, moved: Callable[[], None]) -> int:
-    assert handle.channel is not None
+async def _follow_live(handle: ShimHandle, deliver: Deliver,
+                       moved: Callable[[int, int], None]) -> int:
+    channel = handle.channel
+    assert channel is not None
     sources: list[tuple[PeekedPipe | Console, str]] = (
         [(handle.console, "stdout")] if handle.console is not None
         else [(p, n) for p, n in ((handle.stdout, "stdout"), (handle.stderr, "stderr"))
               if p is not None])
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.run)
         done: list[trio.Event] = []
         for source, name in sources:
             ev = trio.Event()
             done.append(ev)
             nursery.start_soon(_copy, source, name, deliver, moved, ev)
-        ended = await handle.channel.wait_exit()
+        ended = await channel.wait_exit()
         with trio.move_on_after(DRAIN_SECONDS):
             for ev in done:
                 await ev.wait()
+        channel.done()
         nursery.cancel_scope.cancel()
-    handle.channel.done()
     if ended is None:
         log.error("container %s: its shim ended without telling the exit",
                   handle.files.dir.parent.name[:12])
@@ -235,18 +256,20 @@ async def _follow_live(handle: ShimHandle, deliver: Deliver, moved: Callable[[],
 
 
 async def _copy(source: PeekedPipe | Console, name: str, deliver: Deliver,
-                moved: Callable[[], None], done: trio.Event) -> None:
+                moved: Callable[[int, int], None], done: trio.Event) -> None:
     """One stream's chunks to ``deliver``; a peeked pipe's chunk is taken out of the pipe
-    right after the log's write, with the cursor's (the log's unfinished lines)."""
-    consume = source.consume if isinstance(source, PeekedPipe) else None
-
+    (by the shim) once it is in the log and the cursor says so."""
     def logged() -> None:
-        moved()
-        if consume is not None:
-            consume()
+        if isinstance(source, PeekedPipe):
+            moved(0 if name == "stdout" else 1, source.offset)
+            source.consume()
 
-    async for chunk in output_chunks(source):
-        await deliver(name, chunk, time.time_ns(), logged)
+    try:
+        async with aclosing(output_chunks(source)) as chunks:
+            async for chunk in chunks:
+                await deliver(name, chunk, time.time_ns(), logged)
+    except trio.BrokenResourceError:  # the shim went (killed): the end of what it held
+        pass
     done.set()
 
 

@@ -26,6 +26,7 @@ from svc.engine.containers.monitored import (
     exit_time_ns,
     follow,
 )
+from svc.engine.containers.shimmed import ShimHandle, follow_shim, wait_shim_gone
 from svc.engine.containers.shipping import Dropped, Shipper
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
@@ -101,7 +102,7 @@ class Supervisor:
                              guard: GuardedLog | None, shipper: Shipper | None) -> None:
         """Watch, then record the exit whatever happened: every step of the ending runs
         (a full disk fails the log's last lines and the record's save, never the ending).
-        A container under conmon is let go instead when the daemon stops (live restore)."""
+        A container under a monitor is let go instead when the daemon stops (live restore)."""
         code = -1
         let_go = False
         try:
@@ -124,17 +125,18 @@ class Supervisor:
             await self._maybe_restart(c, code)
 
     def _let_go(self, c: Container, live: Live, guard: GuardedLog | None) -> None:
-        """The daemon stops and the container goes on under conmon: the log is closed with
-        its unfinished line left unwritten (the cursor is before it: read again at the next
-        start), the descriptors are let go; nothing is torn down or recorded."""
+        """The daemon stops and the container goes on under its monitor: the log is closed
+        with its unfinished line left unwritten (the cursor keeps it, or is before it: it is
+        read again at the next start), the descriptors are let go; nothing is torn down or
+        recorded."""
         if guard is not None:
             guard.writer.drop_pending()
             guard.close()
         assert live.monitor is not None
         live.monitor.close()
         c.hub.end_run()
-        log.info("container %s keeps running under conmon (pid %d)", c.short_id,
-                 live.monitor.pid)
+        log.info("container %s keeps running under its %s (pid %d)", c.short_id,
+                 c.monitor_kind, live.monitor.pid)
 
     async def _end_run(self, c: Container, live: Live, pipes: ContainerPipes | None,
                        guard: GuardedLog | None, code: int) -> int:
@@ -163,7 +165,8 @@ class Supervisor:
         await self.teardown(c)
         if live.start_failure is not None:
             code, c.state.error = live.start_failure
-        at = exit_time_ns(live.monitor) if live.monitor is not None else None
+        at = None if live.monitor is None else live.monitor.ended_while_away() \
+            if isinstance(live.monitor, ShimHandle) else exit_time_ns(live.monitor)
         await self._exited(c, code, oom, at)
         live.exited.set()
         return code
@@ -171,12 +174,16 @@ class Supervisor:
     async def _wait_gone(self, live: Live) -> int:
         if live.monitor is None:
             return await wait_pid(live.pid)
+        if isinstance(live.monitor, ShimHandle):
+            return await wait_shim_gone(live.monitor)
         await wait_gone(live.monitor.pid)
         code = live.monitor.files.exit_code()
         return UNKNOWN_EXIT if code is None else code
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
                      guard: GuardedLog | None, shipper: Shipper | None) -> int:
+        if isinstance(live.monitor, ShimHandle):
+            return await self._watch_shimmed(c, live.monitor, guard, shipper)
         if live.monitor is not None:
             return await self._watch_monitored(c, live.monitor, guard, shipper)
         sources: list[tuple[Any, str]] = (
@@ -207,6 +214,26 @@ class Supervisor:
             return guard is None or guard.writer.pending() == (b"", b"")
 
         code = await follow(handle, deliver, settled)
+        for name in ("stdout", "stderr"):
+            _end_stream(name, guard, shipper, c.hub)
+        return code
+
+    async def _watch_shimmed(self, c: Container, handle: ShimHandle,
+                             guard: GuardedLog | None, shipper: Shipper | None) -> int:
+        """The spool from the cursor (with the unfinished lines it kept), then the live
+        output from the shim's descriptors, then the exit code the shim told; the streams
+        end only then (a let-go leaves them open)."""
+        if guard is not None:
+            guard.writer.hold(handle.state.pending)
+
+        async def deliver(name: str, chunk: bytes, ts: int, logged: Callable[[], None]
+                          ) -> None:
+            await _deliver(name, chunk, ts, guard, shipper, c.hub, logged)
+
+        def pending() -> tuple[bytes, bytes]:
+            return guard.writer.pending() if guard is not None else (b"", b"")
+
+        code = await follow_shim(handle, deliver, pending)
         for name in ("stdout", "stderr"):
             _end_stream(name, guard, shipper, c.hub)
         return code

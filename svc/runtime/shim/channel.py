@@ -29,6 +29,7 @@ class Hello:
     dropped: int  # output bytes not kept (the spool was full), since the shim started
     exit: tuple[int, int] | None  # (exit code, end in ns), if the process has ended
     fds: list[int]  # [pty master] or [stdout, stderr] or [stdout, stderr, stdin]
+    taken: tuple[int, int]  # stdout's and stderr's offsets at the head of their pipes
 
 
 class ShimError(OSError):
@@ -36,13 +37,16 @@ class ShimError(OSError):
 
 
 class ShimChannel:
-    """One connection to a shim. Blocking sends (a packet of a few bytes to a socket with
-    room: never waits in practice); ``wait_exit`` waits on trio."""
+    """One connection to a shim. Sends do not wait (a packet of a few bytes to a socket with
+    room); what the shim says is read by ``run``, which the waits need running."""
 
     def __init__(self, sock: socket.socket, hello: Hello) -> None:
         self._sock = sock
         self.hello = hello
         self.exit: tuple[int, int] | None = hello.exit
+        self.taken = list(hello.taken)  # as the shim last answered a "consume"
+        self.gone = False  # the shim closed the connection (it exited, or was killed)
+        self._changed = trio.Event()
 
     @classmethod
     async def connect(cls, path: Path) -> ShimChannel:
@@ -76,6 +80,54 @@ class ShimChannel:
         """The spool up to ``offset`` is read and kept: it no longer counts to the bound."""
         self._send(b"ack %d\n" % offset)
 
+    def consume(self, stream: int, n: int) -> None:
+        """Ask the shim to take the next ``n`` bytes of ``stream`` (0 stdout, 1 stderr) out of
+        its pipe: the daemon has them in its log."""
+        self._send(b"consume %d %d\n" % (stream + 1, n))
+
+    async def wait_taken(self, stream: int, offset: int) -> bool:
+        """Until the shim has taken ``stream``'s bytes up to ``offset``; False if it went
+        first."""
+        while self.taken[stream] < offset:
+            if self.gone:
+                return False
+            await self._wait_change()
+        return True
+
+    async def _wait_change(self) -> None:
+        changed = self._changed
+        await changed.wait()
+
+    async def run(self) -> None:
+        """Read what the shim says until it closes the connection. Cancellation: a
+        checkpoint; a message half read is not possible (one packet each)."""
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self._sock)
+                try:
+                    data, fds = _receive(self._sock)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data, fds = b"", []
+                for fd in fds:
+                    os.close(fd)
+                if not data:
+                    return
+                words = data.split()
+                if len(words) == 3 and words[0] == b"consumed":
+                    self.taken[int(words[1]) - 1] = int(words[2])
+                elif len(words) == 3 and words[0] == b"exit":
+                    self.exit = int(words[1]), int(words[2])
+                self._wake()
+        finally:
+            self.gone = True
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
     def close_stdin(self) -> None:
         self._send(b"close-stdin\n")
 
@@ -89,22 +141,9 @@ class ShimChannel:
 
     async def wait_exit(self) -> tuple[int, int] | None:
         """(exit code, end in ns) once the process has ended; None if the shim went without
-        telling (it was killed). Cancellation: a checkpoint; nothing is lost."""
-        while self.exit is None:
-            await trio.lowlevel.wait_readable(self._sock)
-            try:
-                data, fds = _receive(self._sock)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return None
-            for fd in fds:
-                os.close(fd)
-            if not data:
-                return None
-            words = data.split()
-            if len(words) == 3 and words[0] == b"exit":
-                self.exit = int(words[1]), int(words[2])
+        telling (it was killed). Needs ``run``. Cancellation: a checkpoint."""
+        while self.exit is None and not self.gone:
+            await self._wait_change()
         return self.exit
 
     def close(self) -> None:
@@ -140,9 +179,9 @@ def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
 
 def _parse_hello(data: bytes, fds: list[int]) -> Hello:
     words = data.split()
-    if len(words) != 7 or words[0] != b"hello":
+    if len(words) != 9 or words[0] != b"hello":
         for fd in fds:
             os.close(fd)
         raise ShimError(0, f"svc-shim said {data[:80]!r}, not its hello")
-    size, acked, dropped, exited, code, at = (int(w) for w in words[1:])
-    return Hello(size, acked, dropped, (code, at) if exited else None, fds)
+    size, acked, dropped, exited, code, at, out, err = (int(w) for w in words[1:])
+    return Hello(size, acked, dropped, (code, at) if exited else None, fds, (out, err))

@@ -4,9 +4,10 @@ write to the log (a daemon killed at any moment finds the last whole state: a ki
 process between system calls, never within one). Not fsynced: it is the daemon's death it
 must survive, not the machine's (the log itself is not fsynced either).
 
-Layout: u64 spool offset, u64 dropped bytes already told, u32 stdout's unfinished line's
-length, u32 stderr's, the two lines (little endian); trailing bytes of an older, longer state
-are ignored.
+Layout: u64 spool offset, u64 dropped bytes already told, u64 stdout's offset up to which
+its bytes are in the log (or in the unfinished line), u64 stderr's, u32 stdout's unfinished
+line's length, u32 stderr's, the two lines (little endian); trailing bytes of an older,
+longer state are ignored.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-HEAD = struct.Struct("<QQII")
+HEAD = struct.Struct("<QQQQII")
 
 
 @dataclass
@@ -23,6 +24,7 @@ class CursorState:
     offset: int = 0
     pending: tuple[bytes, bytes] = field(default=(b"", b""))
     dropped: int = 0  # of the shim's dropped bytes, how many the log was told of
+    logged: tuple[int, int] = (0, 0)  # stdout's and stderr's offsets logged up to
 
 
 class SpoolCursor:
@@ -34,18 +36,19 @@ class SpoolCursor:
         data = os.pread(self._fd, 1 << 20, 0)
         if len(data) < HEAD.size:
             return CursorState()
-        offset, dropped, n_out, n_err = HEAD.unpack_from(data)
-        if HEAD.size + n_out + n_err > len(data):
-            return CursorState(offset, dropped=dropped)  # (damaged from outside)
+        offset, dropped, log_out, log_err, n_out, n_err = HEAD.unpack_from(data)
+        if HEAD.size + n_out + n_err > len(data):  # (damaged from outside: the lines go)
+            return CursorState(offset, dropped=dropped, logged=(log_out, log_err))
         out = data[HEAD.size : HEAD.size + n_out]
         err = data[HEAD.size + n_out : HEAD.size + n_out + n_err]
         self._last = data[: HEAD.size + n_out + n_err]
-        return CursorState(offset, (out, err), dropped)
+        return CursorState(offset, (out, err), dropped, (log_out, log_err))
 
-    def write(self, offset: int, pending: tuple[bytes, bytes], dropped: int = 0) -> None:
-        """Record the state; nothing is written when it has not changed."""
-        data = HEAD.pack(offset, dropped, len(pending[0]), len(pending[1])) + pending[0] \
-            + pending[1]
+    def write(self, state: CursorState) -> None:
+        """Record ``state``; nothing is written when it has not changed."""
+        out, err = state.pending
+        data = HEAD.pack(state.offset, state.dropped, *state.logged, len(out), len(err)) \
+            + out + err
         if data != self._last:
             os.pwrite(self._fd, data, 0)
             self._last = data

@@ -1,21 +1,26 @@
-"""A container's pipe read without taking its bytes until they are kept (``PeekedPipe``).
+"""A container's pipe read without taking its bytes until they are logged (``PeekedPipe``).
 
 Under a shim, a daemon killed between reading a chunk and writing it to the log would lose
-that chunk: the shim drains only what is still in the pipe. So the daemon copies what the
-pipe holds with ``tee(2)`` (into a private pipe it then reads), hands the copy on, and takes
-the bytes out of the pipe (``consume``, a ``splice`` to /dev/null) only once they are written.
-A daemon killed in between leaves them in the pipe, for the shim and the next daemon: at
-worst a chunk is logged twice, never lost.
+that chunk, and one killed between writing it and taking it out of the pipe would log it
+twice. So the daemon copies what the pipe holds with ``tee(2)`` (into a private pipe it then
+reads) and hands the copy on; once the copy is in the log, and the stream's offset after it
+in the cursor, it asks the shim to take those bytes out (``consume``). The shim takes them and
+counts: it always knows each stream's offset at the head of the pipe, and tells the next
+daemon, which compares it with its cursor's and skips what it logged already. Exactly once,
+whenever the kill comes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import os
 
 import trio
+
+from svc.runtime.shim.channel import ShimChannel
 
 F_SETPIPE_SZ = 1031
 PIPE_SIZE = 1 << 20
@@ -27,22 +32,26 @@ _libc.tee.restype = ctypes.c_ssize_t
 
 
 class PeekedPipe(trio.abc.ReceiveStream):
-    """The read end ``fd`` of a container's output pipe (the stream owns it).
+    """The read end ``fd`` of stream ``stream`` (0 stdout, 1 stderr) of a container held by
+    the shim at ``channel`` (the object owns ``fd``). ``logged`` is the stream's offset up
+    to which the daemon's log already has it (from its cursor): what lies before that at the
+    pipe's head is taken out unread.
 
     ``receive_some`` returns a copy of what the pipe holds (b"" at its end); the caller calls
-    ``consume()`` once that copy is kept (the next ``receive_some`` consumes it otherwise:
-    the bytes would come again)."""
+    ``consume()`` once that copy is logged (the next ``receive_some`` does, otherwise), and
+    ``offset`` is then the stream's offset after it."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, channel: ShimChannel, stream: int, logged: int) -> None:
         self._fd = fd
+        self._channel = channel
+        self._stream = stream
         os.set_blocking(fd, False)
         self._copy_r, self._copy_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
+        with contextlib.suppress(OSError):  # (else the default 64 KiB: smaller chunks)
             fcntl.fcntl(self._copy_w, F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:
-            pass  # (the default 64 KiB: smaller chunks)
-        self._devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        self._taken = 0  # bytes at the pipe's head handed out, not yet consumed
+        head = channel.taken[stream]
+        self.offset = max(head, logged)  # after the last byte handed out
+        self._asked = head  # how far the shim has been asked to take
         self._closed = False
 
     def fileno(self) -> int:
@@ -52,6 +61,8 @@ class PeekedPipe(trio.abc.ReceiveStream):
         if self._closed:
             raise trio.ClosedResourceError
         self.consume()
+        if not await self._channel.wait_taken(self._stream, self.offset):
+            raise trio.BrokenResourceError("the shim went away")
         limit = max_bytes or PIPE_SIZE
         while True:
             await trio.lowlevel.wait_readable(self._fd)
@@ -63,25 +74,22 @@ class PeekedPipe(trio.abc.ReceiveStream):
                 raise trio.BrokenResourceError(f"tee: {os.strerror(err)}")
             if n == 0:
                 return b""  # no writer left, nothing held: the end
-            self._taken = n
+            self.offset += n
             return _read_exactly(self._copy_r, n)
 
     def consume(self) -> None:
-        """Take the bytes last handed out from the pipe: they are kept elsewhere now."""
-        while self._taken:
-            try:
-                self._taken -= os.splice(self._fd, self._devnull, self._taken)
-            except InterruptedError:
-                continue
+        """Ask the shim to take what was handed out (it is logged now)."""
+        if self.offset > self._asked:
+            self._channel.consume(self._stream, self.offset - self._asked)
+            self._asked = self.offset
 
     def close(self) -> None:
-        """Close without consuming: what was handed out but not consumed stays in the pipe
-        (the shim drains it)."""
+        """Close without consuming: what is still in the pipe stays, for the shim."""
         if self._closed:
             return
         self._closed = True
         trio.lowlevel.notify_closing(self._fd)
-        for fd in (self._fd, self._copy_r, self._copy_w, self._devnull):
+        for fd in (self._fd, self._copy_r, self._copy_w):
             os.close(fd)
 
     async def aclose(self) -> None:

@@ -1,6 +1,7 @@
 """Reading back a shim's spool: what the container wrote while no daemon was connected, as
-records of a 16-byte head (u8 stream: 1 stdout, 2 stderr; 3 zero bytes; u32 length; u64
-CLOCK_REALTIME ns; little endian) and the bytes. What the daemon has read and kept is
+records of a 24-byte head (u8 stream: 1 stdout, 2 stderr; 3 zero bytes; u32 length; u64
+CLOCK_REALTIME ns; u64 the stream's offset of the first byte; little endian) and the
+bytes. What the daemon has read and kept is
 punched out of the file (``FALLOC_FL_PUNCH_HOLE``): the offsets stay, the disk space goes."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-HEAD = struct.Struct("<B3xIQ")
+HEAD = struct.Struct("<B3xIQQ")
 STREAMS = {1: "stdout", 2: "stderr"}
 READ_SIZE = 1 << 20
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
@@ -28,6 +29,7 @@ class Record:
     data: bytes
     ts_ns: int
     end: int  # the spool's offset after this record
+    at: int  # the stream's offset of the first byte (gaps: what the full spool dropped)
 
 
 def records(path: Path, start: int, stop: int) -> Iterator[Record]:
@@ -53,11 +55,11 @@ def records(path: Path, start: int, stop: int) -> Iterator[Record]:
                 pos += len(chunk)
                 buf, i = buf[i:] + chunk, 0
                 continue
-            kind, length, ts = HEAD.unpack_from(buf, i)
+            kind, length, ts, first = HEAD.unpack_from(buf, i)
             data = buf[i + HEAD.size : i + HEAD.size + length]
             i += HEAD.size + length
             at += HEAD.size + length
-            yield Record(STREAMS.get(kind, "stdout"), data, ts, at)
+            yield Record(STREAMS.get(kind, "stdout"), data, ts, at, first)
     finally:
         os.close(fd)
 

@@ -21,20 +21,28 @@
  *
  * Files, in DIR (the shim's working directory):
  *   shim.sock  SOCK_SEQPACKET; the daemon connects (one at a time)
- *   spool      output drained while no daemon was connected: records of a 16-byte head
- *              (u8 stream 1|2, 3 zero bytes, u32 length, u64 CLOCK_REALTIME ns; little
- *              endian) and the bytes
+ *   spool      output drained while no daemon was connected: records of a 24-byte head
+ *              (u8 stream 1|2, 3 zero bytes, u32 length, u64 CLOCK_REALTIME ns, u64 the
+ *              stream's offset of the first byte; little endian) and the bytes
  *   exit       "<code> <ns> <dropped>\n" once the process has ended (code: its exit status,
  *              or 128 + the signal that killed it; dropped: output bytes the full spool did
  *              not keep); written atomically, after the output
  *   init.pid   runc's pid file; runc.log runc's messages (json)
  *
  * Protocol on shim.sock, one message per packet, text lines:
- *   shim -> daemon  "hello <spool_size> <acked> <dropped> <exited> <code> <exit_ns>\n" at
- *                   connect, with SCM_RIGHTS: the pty master (-t), or stdout's and stderr's
- *                   read ends, and stdin's write end (-s, until closed)
+ *   shim -> daemon  "hello <spool_size> <acked> <dropped> <exited> <code> <exit_ns> <out>
+ *                   <err>\n" at connect (out, err: each stream's offset of the byte at the
+ *                   head of its pipe: how many the shim has taken out of it), with
+ *                   SCM_RIGHTS: the pty master (-t), or stdout's and stderr's read ends, and
+ *                   stdin's write end (-s, until closed)
+ *                   "consumed <1|2> <offset>\n": the answer to "consume"
  *                   "exit <code> <ns>\n" when the process ends
- *   daemon -> shim  "ack <offset>\n": the spool up to offset is read and kept elsewhere (it
+ *   daemon -> shim  "consume <1|2> <n>\n": the daemon has the next n bytes of stdout (1) or
+ *                   stderr (2), copied with tee(2), in its log: the shim takes them out of
+ *                   the pipe. The shim, not the daemon, takes them, so that it always knows
+ *                   each stream's offset: a daemon killed at any moment, with its own
+ *                   record of what it logged, resumes at the byte after it, exactly.
+ *                   "ack <offset>\n": the spool up to offset is read and kept elsewhere (it
  *                   no longer counts toward SPOOL_MAX)
  *                   "close-stdin\n": the container's stdin ends (the shim's end is closed;
  *                   the daemon closes its own)
@@ -67,6 +75,7 @@
 #include <unistd.h>
 
 #define BUF_SIZE (64 * 1024)
+#define HEAD_SIZE 24
 #define PIPE_SIZE (1024 * 1024)
 #define EXIT_DRAIN_MS 2000 /* after the process ends, how long output may still trickle in */
 
@@ -86,6 +95,7 @@ static int io_eof[3];
 
 static int spool_fd = -1;
 static long long spool_size, acked, dropped;
+static long long pos[3]; /* [1], [2]: bytes taken out of stdout's, stderr's pipe so far */
 
 static pid_t pid;               /* the process held */
 static int exited, exit_code;   /* once it has ended */
@@ -158,7 +168,9 @@ static void write_file(const char *name, const char *text) {
 /* --- spool --------------------------------------------------------------------------- */
 
 static void spool(int stream, const char *data, size_t len) {
-    if (spool_size - acked + 16 + (long long)len > o.spool_max) {
+    long long at = pos[stream];
+    pos[stream] += (long long)len;
+    if (spool_size - acked + HEAD_SIZE + (long long)len > o.spool_max) {
         dropped += (long long)len;
         return;
     }
@@ -172,14 +184,15 @@ static void spool(int stream, const char *data, size_t len) {
         if (fstat(spool_fd, &st) == 0)
             spool_size = st.st_size;
     }
-    unsigned char head[16] = {0};
+    unsigned char head[HEAD_SIZE] = {0};
     uint32_t n32 = (uint32_t)len;
-    uint64_t ts = (uint64_t)now_ns(CLOCK_REALTIME);
+    uint64_t ts = (uint64_t)now_ns(CLOCK_REALTIME), offset = (uint64_t)at;
     head[0] = (unsigned char)stream;
     memcpy(head + 4, &n32, 4); /* (x86 and arm64 are little endian, as the format) */
     memcpy(head + 8, &ts, 8);
-    struct iovec iov[2] = {{head, 16}, {(void *)data, len}};
-    size_t want = 16 + len, done = 0;
+    memcpy(head + 16, &offset, 8);
+    struct iovec iov[2] = {{head, HEAD_SIZE}, {(void *)data, len}};
+    size_t want = HEAD_SIZE + len, done = 0;
     while (done < want) {
         ssize_t n = writev(spool_fd, iov, 2);
         if (n < 0 && errno == EINTR)
@@ -444,10 +457,10 @@ static void send_fds(int sock, const char *text, const int *fds, int nfds) {
 }
 
 static void hello(void) {
-    char text[160];
+    char text[200];
     int fds[3], nfds = 0;
-    snprintf(text, sizeof text, "hello %lld %lld %lld %d %d %lld\n", spool_size, acked,
-             dropped, exited, exit_code, exit_ns);
+    snprintf(text, sizeof text, "hello %lld %lld %lld %d %d %lld %lld %lld\n", spool_size,
+             acked, dropped, exited, exit_code, exit_ns, pos[1], pos[2]);
     if (o.tty) {
         fds[nfds++] = io[1];
     } else {
@@ -457,6 +470,30 @@ static void hello(void) {
             fds[nfds++] = io[0];
     }
     send_fds(client, text, fds, nfds);
+}
+
+/* take n bytes out of stream i's pipe (the daemon has them): they are there, it copied them */
+static void consume(int i, long long n) {
+    static int devnull = -1;
+    if (devnull < 0)
+        devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    int waits = 0;
+    while (n > 0) {
+        ssize_t k = splice(io[i], NULL, devnull, NULL, (size_t)n, SPLICE_F_NONBLOCK);
+        if (k > 0) {
+            n -= k;
+            pos[i] += k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno == EAGAIN && waits++ < 50) { /* (never expected: a bound) */
+            struct pollfd p = {io[i], POLLIN, 0};
+            poll(&p, 1, 10);
+            continue;
+        }
+        return; /* the pipe's end, or bytes that never came: nothing more to take */
+    }
 }
 
 static void client_gone(void) {
@@ -475,7 +512,15 @@ static void from_client(void) {
     }
     text[n] = 0;
     long long offset;
-    if (sscanf(text, "ack %lld", &offset) == 1) {
+    int stream;
+    if (sscanf(text, "consume %d %lld", &stream, &offset) == 2) {
+        if ((stream == 1 || stream == 2) && !o.tty && io[stream] >= 0) {
+            consume(stream, offset);
+            char reply[64];
+            snprintf(reply, sizeof reply, "consumed %d %lld\n", stream, pos[stream]);
+            send_fds(client, reply, NULL, 0);
+        }
+    } else if (sscanf(text, "ack %lld", &offset) == 1) {
         if (offset > acked && offset <= spool_size)
             acked = offset;
     } else if (strncmp(text, "close-stdin", 11) == 0) {

@@ -228,6 +228,11 @@ class JsonLogWriter:
                 self._pending[idx] = b""
                 self._emit([rec], stamp)
 
+    def hold(self, pending: tuple[bytes, bytes]) -> None:
+        """Take up the unfinished lines a live-restored container's last daemon kept (its
+        shim's cursor holds them): what follows continues them."""
+        self._pending = [pending[0], pending[1]]
+
     def drop_pending(self) -> None:
         """Forget the unfinished lines (they will be written again from their source: a
         live-restored container's log is read again from before them)."""
