@@ -1,15 +1,16 @@
-"""Live restore (issue 30): what running containers under conmon costs, beside svc without it.
+"""Live restore (issue 30): what running containers under svc-shim costs, beside svc without it.
 
 Two daemons of their own (``tests.support.daemon``), one plain and one with ``--live-restore``,
 each with busybox imported; the benchmark's shared svcd is not used. Runs alternate between them:
 
-* **monitor RSS**: VmRSS of each conmon with ten idle containers, and of one whose container
-  has written 10 MB (target: at most 2 MiB each);
+* **monitor RSS**: VmRSS of each svc-shim with ten idle containers, and of one whose
+  container has written 10 MB while no daemon read it (into its spool; target: at most 2 MiB
+  each);
 * **run**: create, start and wait of ``true`` (the floor: the plain daemon);
 * **output**: create, start and wait of a container writing 20 MB, which ends once all of it
   is in the json-file log: throughput in MB/s (the floor: pipes to the plain daemon);
-* **take back**: the start of a daemon that finds ten containers running under conmon (killed
-  with SIGKILL first), until it answers ``/_ping``.
+* **take back**: the start of a daemon that finds eleven containers running under their
+  shims (killed with SIGKILL first), until it answers ``/_ping``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tests.support.daemon import Daemon
 OUTPUT_MB = 20
 
 
-def _conmons(d: Daemon) -> list[int]:
+def _shims(d: Daemon) -> list[int]:
     out = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
@@ -35,8 +36,8 @@ def _conmons(d: Daemon) -> list[int]:
             argv = (p / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"conmon") and any(str(d.root).encode() in a
-                                                        for a in argv):
+        if argv and argv[0].endswith(b"svc-shim") and any(str(d.root).encode() in a
+                                                          for a in argv):
             out.append(int(p.name))
     return out
 
@@ -54,7 +55,7 @@ def _run(c: dockerapi.Client, cmd: list[str]) -> float:
 
 
 def live_restore(ctx: Context) -> Outcome:
-    """conmon's memory, a run's and the output's cost, and the take-back time at start."""
+    """The shim's memory, a run's and the output's cost, and the take-back time at start."""
     daemons = {"plain": Daemon(), "live": Daemon(["--live-restore"])}
     for d in daemons.values():
         ctx.cleanup.callback(d.cleanup)
@@ -79,19 +80,19 @@ def live_restore(ctx: Context) -> Outcome:
             cid = c.json("POST", "/containers/create",
                          {"Image": dockerapi.BUSYBOX, "Cmd": ["sleep", "600"]}, 201)["Id"]
             c.start(str(cid))
-        idle = [proc_status_kib(p)["VmRSS"] for p in _conmons(live)]
-        pss = [_pss_kib(p) for p in _conmons(live)]
+        idle = [proc_status_kib(p)["VmRSS"] for p in _shims(live)]
+        pss = [_pss_kib(p) for p in _shims(live)]
         cid = c.json("POST", "/containers/create",
                      {"Image": dockerapi.BUSYBOX,
-                      "Cmd": ["sh", "-c", "yes 0123456789 | head -c 10000000; sleep 600"]},
-                     201)["Id"]
+                      "Cmd": ["sh", "-c", "sleep 1; yes 0123456789 | head -c 10000000; "
+                                          "sleep 600"]}, 201)["Id"]
         c.start(str(cid))
-        time.sleep(2.0)
-        busy = max(proc_status_kib(p)["VmRSS"] for p in _conmons(live))
     finally:
         for cl in clients.values():
             cl.close()
-    live.kill()
+    live.kill()  # the shims drain into their spools meanwhile
+    time.sleep(3.0)
+    busy = max(proc_status_kib(p)["VmRSS"] for p in _shims(live))
     t0 = time.perf_counter()
     live.start()
     took_back = time.perf_counter() - t0
@@ -113,17 +114,17 @@ def _figures(runs: dict[str, list[float]], outputs: dict[str, list[float]], idle
     run = {k: statistics.median(v) * 1000 for k, v in runs.items()}
     rate = {k: OUTPUT_MB / statistics.median(v) for k, v in outputs.items()}
     out = Outcome(details={"runs_each": n, "run_ms_p50": run, "output_mb_s": rate,
-                           "conmon_rss_kib": idle, "conmon_pss_kib": pss,
-                           "conmon_rss_busy_kib": busy,
+                           "shim_rss_kib": idle, "shim_pss_kib": pss,
+                           "shim_rss_busy_kib": busy,
                            "take_back_s": took_back})
     out.figures += [
-        Figure("live_restore", "conmon RSS, idle container (largest of 10)",
+        Figure("live_restore", "svc-shim RSS, idle container (largest of 10)",
                max(idle) / 1024, "MiB", Target("<=", 2.0)),
-        Figure("live_restore", "conmon RSS after 10 MB of output", busy / 1024, "MiB",
+        Figure("live_restore", "svc-shim RSS after spooling 10 MB", busy / 1024, "MiB",
                Target("<=", 2.0)),
-        Figure("live_restore", "conmon PSS per container (mean of 11)",
+        Figure("live_restore", "svc-shim PSS per container (mean of 10)",
                sum(pss) / len(pss) / 1024 if pss else 0.0, "MiB",
-               note="shared library pages divided among the conmons"),
+               note="its static binary's pages divided among the shims"),
         Figure("live_restore", "create+start+wait of true, p50", run["live"], "ms",
                floor=run["plain"], note=f"floor: without live restore; {n} runs each"),
         Figure("live_restore", f"{OUTPUT_MB} MB of output into the log", rate["live"], "MB/s",

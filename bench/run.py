@@ -114,7 +114,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--daemon-arg", action="append", default=[], metavar="ARG",
                    help="an argument for the benchmark's svcd, repeatable (e.g. "
                         "--daemon-arg=--live-restore: the same figures with every container "
-                        "under conmon)")
+                        "under svc-shim)")
     args = p.parse_args(argv)
     known = [s.name for s in SIDE_BY_SIDE] if args.reference else list(BY_NAME)
     unknown = [n for n in args.names if n not in known]
