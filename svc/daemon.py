@@ -44,8 +44,6 @@ from svc.errors import InvalidParameter
 from svc.memory import freeze_imports, scavenge, tune_heap
 from svc.registry.transport import RegistryConfig
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.conmon.monitor import Conmon
-from svc.runtime.monitors import Monitors
 from svc.runtime.runc import Runc
 from svc.runtime.shim.launch import Shim, find_binary
 from svc.storage.lock import RootInUse
@@ -118,8 +116,7 @@ def host_adapters(config: EngineConfig) -> Adapters:
     """The engine's adapters on this host: runc (or the configured runtime, which speaks
     runc's command line), the cgroup v1 tree, the on-disk store under the root."""
     runc = Runc(config.exec_root / "runc", config.runtime)
-    monitor = Monitors(Conmon(runc, config.exec_root / "conmon"), Shim(runc)) \
-        if config.live_restore else None
+    monitor = Shim(runc) if config.live_restore else None
     return Adapters(runtime=runc, cgroups=CgroupV1(), store=ObjectStore(config.root),
                     monitor=monitor)
 
@@ -141,9 +138,6 @@ def run_daemon(config: DaemonConfig,
     if config.live_restore and not os.access(find_binary(), os.X_OK):
         raise DaemonError(f"--live-restore runs containers under svc-shim, which is not at "
                           f"{find_binary()} (scripts/setup.sh builds it)")
-    if config.live_restore and shutil.which("conmon") is None:
-        raise DaemonError("--live-restore runs exec sessions under conmon, which is not "
-                          "installed (apt-get install conmon)")
     claim_pidfile(config.pidfile)
     # Each connection costs a descriptor and the connection cap is half the soft limit: raise
     # it to the hard limit as dockerd does (containers get their own from the spec).

@@ -44,10 +44,10 @@ from svc.plugins.manager import PluginManager
 from svc.registry.transport import RegistryConfig
 from svc.runtime import host
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.monitors import Monitors
 from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches, reap_orphans
+from svc.runtime.shim.launch import Shim
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
@@ -84,7 +84,7 @@ class Adapters:
     runtime: Runtime
     cgroups: CgroupV1
     store: ObjectStore
-    monitor: Monitors | None = None  # live restore: what processes run under
+    monitor: Shim | None = None  # live restore: what containers and execs run under
 
 
 class Engine:

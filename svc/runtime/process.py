@@ -270,3 +270,23 @@ def signal_number(sig: int | str) -> int:
         return signal.Signals[name].value
     except KeyError:
         raise ValueError(f"Invalid signal: {sig}") from None
+
+
+async def wait_gone(pid: int) -> None:
+    """Until process ``pid`` (a monitor: svc-shim, or an older build's conmon) has exited,
+    reaped if it is the daemon's child (it is when this daemon launched it: the daemon is a
+    subreaper); one started by an earlier daemon is only watched. Cancellation: a
+    checkpoint; nothing is left behind."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+        # readable: it has exited, so this returns at once; not ours (or reaped by the
+        # orphan reaper): gone anyway
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222
+    finally:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)

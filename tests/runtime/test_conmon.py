@@ -13,9 +13,11 @@ import trio
 
 from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import LogTail
-from svc.runtime.conmon.monitor import Conmon, Monitored, MonitorFiles, wait_gone
+from svc.runtime.conmon.monitor import MonitorFiles
+from svc.runtime.process import wait_gone
 from svc.runtime.protocol import RuntimeFailure
 from tests.runtime.conftest import TIMEOUT, RuncEnv
+from tests.support.conmon import Conmon, Monitored
 
 pytestmark = pytest.mark.skipif(shutil.which("conmon") is None, reason="no conmon on PATH")
 

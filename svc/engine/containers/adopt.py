@@ -23,7 +23,7 @@ from svc.engine.networks import ports
 from svc.engine.networks.adoption import adopt_endpoints
 from svc.errors import SvcError
 from svc.network.adopt import container_interfaces
-from svc.runtime.conmon.monitor import wait_gone
+from svc.runtime.process import wait_gone
 from svc.runtime.shim.channel import ShimError
 
 log = logging.getLogger("svc.engine.containers")

@@ -31,7 +31,13 @@ from svc.engine.containers.attach import (
     session,
 )
 from svc.engine.containers.container import Container
-from svc.engine.containers.execmon import adopt_execs, launch_exec, supervise_exec
+from svc.engine.containers.execmon import adopt_execs, supervise_exec
+from svc.engine.containers.execshim import (
+    ExecShim,
+    adopt_exec_shims,
+    launch_exec_shim,
+    supervise_exec_shim,
+)
 from svc.engine.containers.monitored import MonitorHandle
 from svc.engine.containers.run import Runner, start_failure
 from svc.engine.containers.spec import HostFacts
@@ -68,7 +74,8 @@ class ExecInstance:
     hub: OutputHub = field(default_factory=OutputHub)
     exited: trio.Event = field(default_factory=trio.Event)
     started_event: trio.Event = field(default_factory=trio.Event)
-    monitor: MonitorHandle | None = None  # under conmon (live restore)
+    monitor: MonitorHandle | None = None  # under conmon (started by an older build)
+    shim: ExecShim | None = None  # under svc-shim (live restore)
 
 
 class ExecService:
@@ -111,13 +118,16 @@ class ExecService:
 
     async def adopt(self, c: Container) -> None:
         """The exec sessions of ``c`` (taken back by a restarted daemon) that ran under
-        conmon: known again, followed until they end."""
+        their shims (or conmons, started by an older build): known again, followed until
+        they end."""
         found = await trio.to_thread.run_sync(adopt_execs, c, partial(self._remade, c))
-        for inst, _, _ in found:
+        shimmed = await trio.to_thread.run_sync(adopt_exec_shims, c, partial(self._remade, c))
+        for inst, supervise in [(i, supervise_exec) for i, _, _ in found] + \
+                [(i, supervise_exec_shim) for i in shimmed]:
             self.instances[inst.id] = inst
             c.exec_ids.append(inst.id)
             inst.started_event.set()
-            self.runner.spawn(supervise_exec, inst)
+            self.runner.spawn(supervise, inst)
 
     @staticmethod
     def _remade(c: Container, rec: dict[str, Any]) -> ExecInstance:
@@ -200,9 +210,9 @@ class ExecService:
         with self.launches.launching():
             try:
                 if self.runner.monitor is not None:  # (live restore: it outlives the daemon)
-                    await launch_exec(self.runner.monitor.conmon, inst, process)
+                    await launch_exec_shim(self.runner.monitor, inst, process)
                     inst.started_event.set()
-                    self.runner.spawn(supervise_exec, inst)
+                    self.runner.spawn(supervise_exec_shim, inst)
                     return
                 if inst.tty:
                     created = await self.runtime.exec(c.id, process, terminal=True)

@@ -1,9 +1,9 @@
-"""Exec sessions under conmon (``--live-restore``): like the container, each exec's process
-runs under a conmon of its own, which holds its stdio and writes its output and exit code to
-files in ``<container>/monitor/exec/<exec id>/``; the daemon follows the output to the exec's
-attached clients. A daemon that goes away leaves the exec running; the next one finds it
-(``adopt_execs``), so that ``GET /exec/{id}/json`` says it runs and, once it has ended, gives
-its exit code. (An exec's stream cannot be attached to again: the API starts an exec once.)
+"""Exec sessions an older build started under conmon (``--live-restore``; this build starts
+them under svc-shim, ``execshim``): each exec's process runs under a conmon of its own, which
+holds its stdio and writes its output and exit code to files in
+``<container>/monitor/exec/<exec id>/``. The next daemon finds them (``adopt_execs``), so
+that ``GET /exec/{id}/json`` says they run and, once they have ended, gives their exit code.
+(An exec's stream cannot be attached to again: the API starts an exec once.)
 """
 
 from __future__ import annotations
@@ -15,18 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from svc.engine.containers.container import Container
 from svc.engine.containers.monitored import (
-    OUTPUT_BOUND,
     MonitorHandle,
     follow,
     monitor_alive,
-    open_handle,
 )
 from svc.runtime.conmon.logtail import CursorFile
-from svc.runtime.conmon.monitor import Conmon, MonitorFiles
+from svc.runtime.conmon.monitor import MonitorFiles
 from svc.wire.stdcopy import STDERR, STDOUT
 
 if TYPE_CHECKING:
@@ -46,36 +42,6 @@ def exec_root(c: Container) -> Path:
 def exec_files(c: Container, exec_id: str) -> MonitorFiles:
     d = exec_root(c) / exec_id
     return MonitorFiles(d, d, exec_id, cid=c.id)
-
-
-async def launch_exec(monitor: Conmon, inst: ExecInstance, process: dict[str, Any]) -> None:
-    """Run ``inst``'s command under conmon; its pid, stdin or terminal and handle set.
-
-    Raises:
-        RuntimeFailure: runc exec failed (runc's words: no such binary...).
-    """
-    c = inst.container
-    files = exec_files(c, inst.id)
-    await trio.to_thread.run_sync(_write_record, files, inst, process)
-    mon = await monitor.launch(c.id, files, terminal=inst.tty, stdin=inst.attach_stdin,
-                               stdin_once=True, log_max=OUTPUT_BOUND,
-                               process=files.dir / "process.json")
-    handle = await open_handle(mon.monitor_pid, files,
-                               wants_input=inst.tty or inst.attach_stdin)
-    inst.pid, inst.running, inst.monitor = mon.pid, True, handle
-    if inst.tty:
-        inst.console = handle.input
-    else:
-        inst.stdin = handle.input
-
-
-def _write_record(files: MonitorFiles, inst: ExecInstance, process: dict[str, Any]) -> None:
-    """Blocking: the exec's directory, its process object and its record."""
-    files.dir.mkdir(parents=True, exist_ok=True)
-    (files.dir / "process.json").write_text(json.dumps(process))
-    record = {k: getattr(inst, k) for k in RECORDED}
-    record["detach_keys"] = inst.detach_keys.decode("latin-1")
-    (files.dir / "exec.json").write_text(json.dumps(record))
 
 
 async def supervise_exec(inst: ExecInstance) -> None:

@@ -1,7 +1,8 @@
-"""Containers that outlive the daemon (``--live-restore``): each runs under conmon, which
-holds its stdio and writes its output to a log file; the supervisor follows that file from a
-durable cursor, hands each record to the container's log and attached clients, and reads the
-exit code from conmon's exit file once conmon has gone.
+"""Containers an older build started under conmon (``--live-restore``; this build starts them
+under svc-shim, ``shimmed``): conmon holds the container's stdio and writes its output to a
+log file; the supervisor follows that file from a durable cursor, hands each record to the
+container's log and attached clients, and reads the exit code from conmon's exit file once
+conmon has gone.
 
 The cursor is written right after each record's write to the log (no checkpoint between the
 two), when the json-file writer then holds no unfinished line: a daemon killed at any moment
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,12 +26,12 @@ import trio
 
 from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import Cursor, CursorFile, LogTail
-from svc.runtime.conmon.monitor import Conmon, MonitorFiles, wait_gone
-from svc.runtime.protocol import Created
+from svc.runtime.conmon.monitor import MonitorFiles
+from svc.runtime.process import wait_gone
 from svc.runtime.runc import failure
 
 if TYPE_CHECKING:
-    from svc.engine.containers.container import Container
+    pass
 
 log = logging.getLogger("svc.engine.containers")
 
@@ -69,14 +69,6 @@ def monitor_files(container_dir: Path, bundle: Path, cid: str) -> MonitorFiles:
     return MonitorFiles(container_dir / "monitor", bundle, cid)
 
 
-def reset_files(files: MonitorFiles) -> None:
-    """Blocking: a new run starts with no log, cursor or exit file of the last one, nor
-    its exec sessions'."""
-    for path in (files.log, files.dir / "cursor", files.exit_file):
-        path.unlink(missing_ok=True)
-    shutil.rmtree(files.dir / "exec", ignore_errors=True)
-
-
 async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool,
                       required: bool = False) -> MonitorHandle:
     """The daemon's handle on conmon ``pid``: the cursor file, and the stdin socket if the
@@ -97,25 +89,6 @@ async def open_handle(pid: int, files: MonitorFiles, *, wants_input: bool,
                                            f"stdin: {exc}") from exc
             log.warning("container %s: conmon's attach socket: %s", files.uid[:12], exc)
     return handle
-
-
-async def create_monitored(monitor: Conmon, c: Container, bundle: Path
-                           ) -> tuple[Created, MonitorHandle]:
-    """``runc create`` of ``c`` under conmon, with a fresh log and cursor for this run (the
-    last run's were read to their end); ``c.monitor_pid`` names the conmon.
-
-    Raises:
-        RuntimeFailure: runc create failed (runc's words), or conmon's stdin socket cannot
-            be reached (what was made is undone by the caller's teardown).
-    """
-    files = monitor_files(c.dir, bundle, c.id)
-    await trio.to_thread.run_sync(reset_files, files)
-    mon = await monitor.launch(c.id, files, terminal=c.tty, stdin=c.config.OpenStdin,
-                               stdin_once=c.config.StdinOnce, log_max=OUTPUT_BOUND)
-    c.monitor_pid = mon.monitor_pid
-    handle = await open_handle(mon.monitor_pid, files, wants_input=c.tty or c.config.OpenStdin,
-                               required=True)
-    return Created(mon.pid, None), handle
 
 
 async def follow(handle: MonitorHandle, deliver: Deliver,

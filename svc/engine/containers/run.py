@@ -41,11 +41,11 @@ from svc.engine.volumes.service import VolumeService
 from svc.errors import Conflict, InvalidParameter, SvcError
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.monitors import Monitors
 from svc.runtime.mounts import mounts_under
 from svc.runtime.process import ContainerPipes, open_pipes
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.runtime.reaper import Launches
+from svc.runtime.shim.launch import Shim
 from svc.runtime.spec import cgroups_path
 from svc.storage.fsutil import remove_tree
 from svc.storage.securejoin import mkdir_all
@@ -79,7 +79,7 @@ class Runner:
                  save: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
                  resolve: Callable[[str], Container], trash: Trash | None = None,
-                 monitor: Monitors | None = None) -> None:
+                 monitor: Shim | None = None) -> None:
         self.runtime = runtime
         self.monitor = monitor  # live restore: containers run under svc-shim
         self.trash = trash  # removed containers' directories, deleted in the background
@@ -247,7 +247,7 @@ class Runner:
                 with contextlib.suppress(RuntimeFailure):
                     await self.runtime.delete(c.id, force=True)
             if self.monitor is not None:
-                created, handle = await create_shimmed(self.monitor.shim, c, bundle)
+                created, handle = await create_shimmed(self.monitor, c, bundle)
             elif c.tty:
                 created = await self.runtime.create(c.id, bundle, terminal=True)
             else:

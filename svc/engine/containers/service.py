@@ -53,9 +53,9 @@ from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.models.containers import CreateBody, EndpointConfigBody, HostConfigBody
 from svc.network.bridge import parse_mac
 from svc.runtime.cgroups import CgroupV1, Knobs
-from svc.runtime.monitors import Monitors
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches
+from svc.runtime.shim.launch import Shim
 from svc.storage.fsutil import remove_tree
 from svc.storage.trash import Trash
 
@@ -78,7 +78,7 @@ class ContainerService:
                  delete: Callable[[Container], Awaitable[None]],
                  auto_remove: Callable[[Container], Awaitable[None]],
                  knobs: Knobs | None, log_defaults: LogDefaults | None = None,
-                 trash: Trash | None = None, monitor: Monitors | None = None) -> None:
+                 trash: Trash | None = None, monitor: Shim | None = None) -> None:
         self.dir = root / "containers"
         self.log_defaults = log_defaults or LogDefaults()
         self.images = images

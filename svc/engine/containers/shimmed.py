@@ -32,8 +32,7 @@ import trio
 
 from svc.engine.containers.attach import output_chunks
 from svc.engine.containers.monitored import UNKNOWN_EXIT, Deliver
-from svc.runtime.conmon.monitor import wait_gone
-from svc.runtime.process import Console
+from svc.runtime.process import Console, wait_gone
 from svc.runtime.protocol import Created
 from svc.runtime.runc import failure
 from svc.runtime.shim import spool

@@ -32,8 +32,7 @@ from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.logdrivers.pump import LogPump
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.conmon.monitor import wait_gone
-from svc.runtime.process import ContainerPipes, wait_pid
+from svc.runtime.process import ContainerPipes, wait_gone, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.jsonlog.options import on_full, parse_log_opts
 from svc.storage.jsonlog.writer import JsonLogWriter

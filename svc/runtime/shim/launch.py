@@ -14,6 +14,8 @@ from pathlib import Path
 
 import trio
 
+from svc.runtime.process import wait_gone
+from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.runc import Runc, failure
 
 SYNC_TIMEOUT = 60.0  # bound on the shim's report of runc's outcome
@@ -88,9 +90,10 @@ class Shim:
         self.spool_max = spool_max
 
     def argv(self, files: ShimFiles, cid: str, bundle: Path | None, *, terminal: bool,
-             stdin: bool, process: Path | None) -> list[str]:
+             stdin: bool, stdin_once: bool, process: Path | None, spool_max: int
+             ) -> list[str]:
         argv = [self.binary, "-d", str(files.dir), "-i", cid, "-r", self.runc_binary,
-                "-R", str(self.runc.root), "-m", str(self.spool_max)]
+                "-R", str(self.runc.root), "-m", str(spool_max)]
         if process is not None:
             argv += ["-e", str(process)]
         else:
@@ -99,15 +102,17 @@ class Shim:
         if terminal:
             argv.append("-t")
         elif stdin:
-            argv.append("-s")
+            argv += ["-s", "-o"] if stdin_once else ["-s"]
         return argv
 
     async def launch(self, cid: str, files: ShimFiles, bundle: Path | None = None, *,
-                     terminal: bool = False, stdin: bool = False,
-                     process: Path | None = None) -> Launched:
+                     terminal: bool = False, stdin: bool = False, stdin_once: bool = False,
+                     process: Path | None = None, spool_max: int | None = None) -> Launched:
         """A shim started over ``runc create`` of ``cid`` from ``bundle`` (the init waits
         for ``runc start``), or, with ``process`` (an OCI process object's file), over
         ``runc exec`` of it in the running container ``cid`` (it runs at once).
+        ``stdin_once``: the process's stdin ends with the daemon's connection.
+        ``spool_max``: the spool's bound, if not the shim's default (0: nothing is kept).
 
         Raises:
             RuntimeFailure: runc failed (runc's words), or the shim did not report.
@@ -125,14 +130,15 @@ class Shim:
             env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH,
                    "SVC_SHIM_SYNC": str(write_end)}
             argv = self.argv(files, cid, bundle, terminal=terminal, stdin=stdin,
-                             process=process)
+                             stdin_once=stdin_once, process=process,
+                             spool_max=self.spool_max if spool_max is None else spool_max)
             proc = await trio.lowlevel.open_process(
                 argv, env=env, pass_fds=(write_end,), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             os.close(write_end)
             write_end = -1
             with trio.fail_after(SYNC_TIMEOUT):
-                report = await _read_report(read_end)
+                report = await read_report(read_end)
                 await proc.wait()
             assert proc.stderr is not None
             stderr = (await proc.stderr.receive_some(65536)).decode(errors="replace")
@@ -144,10 +150,18 @@ class Shim:
             os.close(read_end)
             if write_end >= 0:
                 os.close(write_end)
-        return _launched(report.decode(errors="replace"), stderr, files, command)
+        launched, failed, pid = _launched(report.decode(errors="replace"), stderr, files,
+                                          command)
+        if failed is not None:  # the shim exits too: reap it (the daemon is its subreaper)
+            if pid:
+                with trio.move_on_after(5):
+                    await wait_gone(pid)
+            raise failed
+        assert launched is not None
+        return launched
 
 
-async def _read_report(fd: int) -> bytes:
+async def read_report(fd: int) -> bytes:
     """The shim's report on pipe ``fd`` (one line), or what came before its end closed."""
     os.set_blocking(fd, False)
     out = b""
@@ -162,20 +176,20 @@ async def _read_report(fd: int) -> bytes:
             return out
 
 
-def _launched(report: str, stderr: str, files: ShimFiles, command: str) -> Launched:
+def _launched(report: str, stderr: str, files: ShimFiles, command: str
+              ) -> tuple[Launched | None, RuntimeFailure | None, int]:
+    """The shim's report: what it launched, or the failure and the pid of the shim (which
+    exits: 0 if it did not say)."""
     words = report.split(maxsplit=3)
     if len(words) == 3 and words[0] == "ok":
-        return Launched(int(words[1]), int(words[2]))
+        return Launched(int(words[1]), int(words[2])), None, 0
     try:
         log = files.runc_log.read_text()
     except OSError:
         log = ""
-    if words[:1] == ["error"] and len(words) >= 2:
+    if words[:1] == ["error"] and len(words) >= 3:
         code = int(words[1]) if words[1].lstrip("-").isdigit() else 1
-        detail = " ".join(words[2:])  # the shim's own trouble, when runc did not run
-        return _raise(failure(command, code, log or detail or stderr))
-    return _raise(failure(command, 1, stderr.strip() or "svc-shim exited without a report"))
-
-
-def _raise(exc: Exception) -> Launched:
-    raise exc
+        pid = int(words[2]) if words[2].isdigit() else 0
+        detail = " ".join(words[3:])  # the shim's own trouble, when runc did not run
+        return None, failure(command, code, log or detail or stderr), pid
+    return None, failure(command, 1, stderr.strip() or "svc-shim exited without a report"), 0

@@ -11,10 +11,12 @@
  * subreaper, so the exit status is never lost, and it writes that status to a file.
  *
  * Usage:
- *   svc-shim -d DIR -b BUNDLE -i ID -r RUNC [-R RUNC_ROOT] [-t] [-s] [-e PROCESS_JSON]
+ *   svc-shim -d DIR -b BUNDLE -i ID -r RUNC [-R RUNC_ROOT] [-t] [-s [-o]] [-e PROCESS_JSON]
  *            [-m SPOOL_MAX]
  *   -t: the process has a terminal (runc sends its pty master to the shim's console socket)
  *   -s: the process reads stdin (a pipe the shim keeps open while no daemon is there)
+ *   -o: with -s, stdin ends when the daemon's connection does (an exec session's: no client
+ *       can reach it again)
  *   -e: run `runc exec --detach --process PROCESS_JSON` in running container ID instead of
  *       `runc create` of BUNDLE (the exec's process is then held, as an init is)
  *   The environment names the sync pipe: SVC_SHIM_SYNC=<fd>.
@@ -49,7 +51,8 @@
  *                   "done\n": the process has ended and the daemon read its output to the
  *                   end: the shim exits
  *
- * On the sync pipe: "ok <shim pid> <process pid>\n", or "error <runc's exit status>\n" (runc's
+ * On the sync pipe: "ok <shim pid> <process pid>\n", or "error <runc's exit status> <shim pid>\n"
+ * (the shim then exits; runc's
  * words are in runc.log). The first process exits once the report is written; the shim
  * lives on in its own session.
  */
@@ -78,10 +81,11 @@
 #define HEAD_SIZE 24
 #define PIPE_SIZE (1024 * 1024)
 #define EXIT_DRAIN_MS 2000 /* after the process ends, how long output may still trickle in */
+#define FIRST_CLIENT_WAIT (30LL * 1000000000LL) /* bound on the launching daemon's connect */
 
 struct opts {
     const char *dir, *bundle, *id, *runc, *root, *process;
-    int tty, stdin_pipe;
+    int tty, stdin_pipe, stdin_once;
     long long spool_max;
 };
 
@@ -108,7 +112,7 @@ static void die(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (sync_fd >= 0)
-        dprintf(sync_fd, "error -1 %s\n", msg);
+        dprintf(sync_fd, "error -1 %d %s\n", (int)getpid(), msg);
     else
         fprintf(stderr, "svc-shim: %s\n", msg);
     _exit(1);
@@ -499,6 +503,10 @@ static void consume(int i, long long n) {
 static void client_gone(void) {
     close(client);
     client = -1;
+    if (o.stdin_once && io[0] >= 0) {
+        close(io[0]);
+        io[0] = -1;
+    }
 }
 
 static void from_client(void) {
@@ -544,14 +552,14 @@ static int drain_expired(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: svc-shim -d DIR -b BUNDLE -i ID -r RUNC [-R ROOT] [-t] [-s] "
+    fprintf(stderr, "usage: svc-shim -d DIR -b BUNDLE -i ID -r RUNC [-R ROOT] [-t] [-s [-o]] "
                     "[-e PROCESS_JSON] [-m SPOOL_MAX]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int c;
-    while ((c = getopt(argc, argv, "d:b:i:r:R:tse:m:")) != -1) {
+    while ((c = getopt(argc, argv, "d:b:i:r:R:tsoe:m:")) != -1) {
         switch (c) {
         case 'd': o.dir = optarg; break;
         case 'b': o.bundle = optarg; break;
@@ -560,6 +568,7 @@ int main(int argc, char **argv) {
         case 'R': o.root = optarg; break;
         case 't': o.tty = 1; break;
         case 's': o.stdin_pipe = 1; break;
+        case 'o': o.stdin_once = 1; break;
         case 'e': o.process = optarg; break;
         case 'm': o.spool_max = atoll(optarg); break;
         default: usage();
@@ -610,7 +619,7 @@ int main(int argc, char **argv) {
     pid = run_runc(sigfd, &runc_status);
     if (pid < 0) {
         if (sync_fd >= 0)
-            dprintf(sync_fd, "error %d\n", runc_status);
+            dprintf(sync_fd, "error %d %d\n", runc_status, (int)getpid());
         unlink("shim.sock");
         return 1;
     }
@@ -630,6 +639,8 @@ int main(int argc, char **argv) {
             reaped(early_status[i]);
     reap(); /* (an exec may have ended since) */
     int exit_written = 0;
+    int awaiting_first = 1;
+    long long launched_at = now_ns(CLOCK_MONOTONIC);
 
     for (;;) {
         if (exited && !exit_written) {
@@ -641,10 +652,16 @@ int main(int argc, char **argv) {
                 send_fds(client, text, NULL, 0);
             }
         }
+        /* the daemon that launched the shim connects at once: until it has (or a bound
+         * has passed: it died meanwhile), the output waits in the pipes for it, and the
+         * shim waits too (an exec may end before the daemon has connected) */
+        if (awaiting_first && now_ns(CLOCK_MONOTONIC) - launched_at > FIRST_CLIENT_WAIT)
+            awaiting_first = 0;
+        int away = client < 0 && !awaiting_first; /* no daemon: the shim drains */
         int outputs_open = 0;
         for (int i = 1; i < 3; i++)
             outputs_open += io[i] >= 0 && !io_eof[i];
-        if (exited && (done || (client < 0 && (!outputs_open || drain_expired()))))
+        if (exited && (done || (away && (!outputs_open || drain_expired()))))
             break;
 
         struct pollfd p[5];
@@ -654,14 +671,14 @@ int main(int argc, char **argv) {
         if (client >= 0) {
             at_client = np;
             p[np++] = (struct pollfd){client, POLLIN, 0};
-        } else {
+        } else if (away) {
             for (int i = 1; i < 3; i++)
                 if (io[i] >= 0 && !io_eof[i]) {
                     at_out[i] = np;
                     p[np++] = (struct pollfd){io[i], POLLIN, 0};
                 }
         }
-        int timeout = exited && client < 0 ? 100 : -1;
+        int timeout = awaiting_first ? 100 : exited && away ? 100 : -1;
         if (poll(p, (nfds_t)np, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -682,13 +699,14 @@ int main(int argc, char **argv) {
                 if (client >= 0) /* the old daemon is gone: its close was not yet seen */
                     client_gone();
                 client = conn;
+                awaiting_first = 0;
                 hello(); /* (it tells an end that came before) */
             }
         }
         if (at_client >= 0 && client >= 0 && p[at_client].revents)
             from_client();
         for (int i = 1; i < 3; i++)
-            if (at_out[i] >= 0 && p[at_out[i]].revents && client < 0)
+            if (at_out[i] >= 0 && p[at_out[i]].revents && away && client < 0)
                 drain_one(i);
     }
     if (!done)

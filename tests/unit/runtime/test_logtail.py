@@ -3,7 +3,7 @@ conmon's environment."""
 
 from svc.runtime.conmon.k8sfile import Record
 from svc.runtime.conmon.logtail import Batch, Chunk
-from svc.runtime.conmon.monitor import monitor_env
+from tests.support.conmon import monitor_env
 
 MS = 1_000_000
 
