@@ -13,7 +13,7 @@ cd "$here"
 APT_PACKAGES=(runc busybox-static iproute2 iptables docker-registry etcd-server apache2-utils openssl
               ca-certificates procps util-linux kmod curl
               systemd rsyslog rsyslog-gnutls    # journald/journalctl and rsyslogd: log drivers' tests
-              conmon                            # --live-restore runs containers under it
+              conmon                            # tests: containers older builds left under it
               libc6-dev)                        # svc-shim is built static (svc/runtime/shim/)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,8 +1,8 @@
 """Reading back a shim's spool: what the container wrote while no daemon was connected, as
 records of a 24-byte head (u8 stream: 1 stdout, 2 stderr; 3 zero bytes; u32 length; u64
 CLOCK_REALTIME ns; u64 the stream's offset of the first byte; little endian) and the
-bytes. What the daemon has read and kept is
-punched out of the file (``FALLOC_FL_PUNCH_HOLE``): the offsets stay, the disk space goes."""
+bytes. What the daemon has read and kept is punched out of the file
+(``FALLOC_FL_PUNCH_HOLE``): the offsets stay, the disk space goes."""
 
 from __future__ import annotations
 

@@ -51,10 +51,10 @@
  *                   "done\n": the process has ended and the daemon read its output to the
  *                   end: the shim exits
  *
- * On the sync pipe: "ok <shim pid> <process pid>\n", or "error <runc's exit status> <shim pid>\n"
- * (the shim then exits; runc's
- * words are in runc.log). The first process exits once the report is written; the shim
- * lives on in its own session.
+ * On the sync pipe: "ok <shim pid> <process pid>\n", or "error <runc's exit status> <shim
+ * pid>\n" (the shim then exits; runc's words are in runc.log). The first process exits once
+ * the report is written; the shim lives on in its own session. Until the launching daemon
+ * has connected (30 s at most), the output waits in the pipes for it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
