@@ -272,6 +272,17 @@ def signal_number(sig: int | str) -> int:
         raise ValueError(f"Invalid signal: {sig}") from None
 
 
+def runs_as(pid: int, program: bytes, arg: str) -> bool:
+    """Whether process ``pid`` runs ``program`` (its executable's base name) with ``arg``
+    among its arguments: a monitor's pid checked against a reused one."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == program and arg.encode() in argv
+
+
 async def wait_gone(pid: int) -> None:
     """Until process ``pid`` (a monitor: svc-shim, or an older build's conmon) has exited,
     reaped if it is the daemon's child (it is when this daemon launched it: the daemon is a

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,8 @@ from svc.runtime.conmon.monitor import MonitorFiles
 from svc.runtime.process import wait_gone
 from svc.runtime.protocol import RuntimeFailure
 from svc.runtime.runc import Runc, failure
-from svc.runtime.shim.launch import read_report
+from svc.runtime.shim.launch import SYNC_TIMEOUT, run_reporting
 
-SYNC_TIMEOUT = 60.0  # bound on conmon's report of runc create's outcome
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -90,31 +88,15 @@ class Conmon:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         files.exit_file.unlink(missing_ok=True)
         (self.socket_dir / files.uid).unlink(missing_ok=True)  # a leftover link refuses
-        read_end, write_end = os.pipe2(os.O_CLOEXEC)
-        try:
-            env = monitor_env(write_end)
-            argv = self._argv(files, cid, terminal=terminal, stdin=stdin,
-                              stdin_once=stdin_once, log_max=log_max, process=process)
-            proc = await trio.lowlevel.open_process(  # (its cwd gets an ``oom`` file)
-                argv, env=env, pass_fds=(write_end,), cwd=files.dir, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            os.close(write_end)
-            write_end = -1
-            with trio.fail_after(SYNC_TIMEOUT):
-                report = await read_report(read_end)
-                await proc.wait()
-            assert proc.stderr is not None
-            stderr = (await proc.stderr.receive_some(65536)).decode(errors="replace")
-            await proc.stderr.aclose()
+        argv = self._argv(files, cid, terminal=terminal, stdin=stdin,
+                          stdin_once=stdin_once, log_max=log_max, process=process)
+        try:  # (its cwd gets an ``oom`` file)
+            report, stderr, code = await run_reporting(argv, monitor_env, cwd=files.dir)
         except trio.TooSlowError:
             raise failure("create", -1, "conmon did not report runc create's outcome "
                           f"within {SYNC_TIMEOUT:.0f} s") from None
-        finally:
-            os.close(read_end)
-            if write_end >= 0:
-                os.close(write_end)
         try:
-            return _monitored(report, proc.returncode, stderr, files,
+            return _monitored(report, code, stderr, files,
                               "exec" if process is not None else "create")
         except RuntimeFailure:  # conmon ends too: reap it (the daemon is its subreaper)
             with contextlib.suppress(OSError, ValueError), trio.move_on_after(5):

@@ -122,7 +122,7 @@ class ExecService:
         they end."""
         found = await trio.to_thread.run_sync(adopt_execs, c, partial(self._remade, c))
         shimmed = await trio.to_thread.run_sync(adopt_exec_shims, c, partial(self._remade, c))
-        for inst, supervise in [(i, supervise_exec) for i, _, _ in found] + \
+        for inst, supervise in [(i, supervise_exec) for i in found] + \
                 [(i, supervise_exec_shim) for i in shimmed]:
             self.instances[inst.id] = inst
             c.exec_ids.append(inst.id)

@@ -65,29 +65,40 @@ async def supervise_exec(inst: ExecInstance) -> None:
             inst.exited.set()
 
 
-def adopt_execs(c: Container, make: Callable[[dict[str, Any]], ExecInstance]) -> list[
-        tuple[ExecInstance, MonitorFiles, bool]]:
-    """Blocking: the exec sessions of ``c`` (taken back) that ran under conmon: each made
-    again with ``make`` from its record, with its files and whether its conmon still runs.
-    Those whose conmon is gone without an exit code are dropped."""
-    found: list[tuple[ExecInstance, MonitorFiles, bool]] = []
-    root = exec_root(c)
+def recorded_execs(root: Path, pid_file: str, alive: Callable[[int], bool],
+                   ended: Callable[[Path], bool]) -> list[tuple[dict[str, Any], Path, int, bool]]:
+    """Blocking: the exec sessions recorded under ``root``, one directory each: (its record,
+    its directory, its monitor's pid, whether that runs). Those whose monitor is gone without
+    an end (``ended``) are removed, with what cannot be read."""
+    found: list[tuple[dict[str, Any], Path, int, bool]] = []
     if not root.is_dir():
         return found
     for d in sorted(root.iterdir()):
-        files = exec_files(c, d.name)
         try:
             record = json.loads((d / "exec.json").read_text())
-            pid = int(files.pid_file.read_text().strip())
+            pid = int((d / pid_file).read_text().strip())
         except (OSError, ValueError):
             shutil.rmtree(d, ignore_errors=True)
             continue
-        alive = monitor_alive(pid, c.id)
-        if not alive and files.exit_code() is None:
+        running = alive(pid)
+        if not running and not ended(d):
             shutil.rmtree(d, ignore_errors=True)
             continue
+        found.append((record, d, pid, running))
+    return found
+
+
+def adopt_execs(c: Container, make: Callable[[dict[str, Any]], ExecInstance]
+                ) -> list[ExecInstance]:
+    """Blocking: the exec sessions of ``c`` (taken back) that ran under conmon, each made
+    again with ``make`` from its record."""
+    found = []
+    for record, d, pid, alive in recorded_execs(
+            exec_root(c), "conmon.pid", lambda pid: monitor_alive(pid, c.id),
+            lambda d: exec_files(c, d.name).exit_code() is not None):
+        files = exec_files(c, d.name)
         inst = make(record)
         inst.started, inst.running = True, alive
         inst.monitor = MonitorHandle(pid, files, CursorFile(str(files.dir / "cursor")))
-        found.append((inst, files, alive))
+        found.append(inst)
     return found

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +23,9 @@ import trio
 
 from svc.engine.containers.attach import output_chunks
 from svc.engine.containers.container import Container
-from svc.engine.containers.execmon import RECORDED
+from svc.engine.containers.execmon import RECORDED, recorded_execs
 from svc.engine.containers.monitored import UNKNOWN_EXIT
-from svc.engine.containers.shimmed import ShimStdin, shim_alive
+from svc.engine.containers.shimmed import ShimStdin, shim_alive, until_exit
 from svc.runtime.process import Console, wait_gone
 from svc.runtime.runc import failure
 from svc.runtime.shim.channel import ShimChannel, ShimError
@@ -34,9 +34,6 @@ from svc.wire.stdcopy import STDERR, STDOUT
 
 if TYPE_CHECKING:
     from svc.engine.containers.exec import ExecInstance
-
-DRAIN_SECONDS = 2.0  # after the end, how long output still held by others may flow
-
 
 @dataclass
 class ExecShim:
@@ -129,19 +126,8 @@ async def _follow(inst: ExecInstance, held: ExecShim, channel: ShimChannel) -> i
     sources: list[tuple[Any, int]] = (
         [(inst.console, STDOUT)] if inst.console is not None
         else [(held.stdout, STDOUT), (held.stderr, STDERR)])
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(channel.run)
-        done: list[trio.Event] = []
-        for stream, kind in sources:
-            ev = trio.Event()
-            done.append(ev)
-            nursery.start_soon(_copy, stream, kind, inst, ev)
-        ended = await channel.wait_exit()
-        with trio.move_on_after(DRAIN_SECONDS):
-            for ev in done:
-                await ev.wait()
-        channel.done()
-        nursery.cancel_scope.cancel()
+    ended = await until_exit(channel, [partial(_copy, stream, kind, inst)
+                                       for stream, kind in sources])
     if ended is None:
         status = held.files.exit_status()
         return UNKNOWN_EXIT if status is None else status[0]
@@ -164,24 +150,12 @@ def adopt_exec_shims(c: Container, make: Callable[[dict[str, Any]], ExecInstance
     """Blocking: the exec sessions of ``c`` (taken back) that ran under shims, each made
     again with ``make`` from its record; those whose shim is gone without an exit file are
     dropped."""
-    found: list[ExecInstance] = []
-    root = c.dir / "execs"
-    if not root.is_dir():
-        return found
-    for d in sorted(root.iterdir()):
-        files = ShimFiles(d)
-        try:
-            record = json.loads((d / "exec.json").read_text())
-            pid = int(files.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            shutil.rmtree(d, ignore_errors=True)
-            continue
-        alive = shim_alive(pid, c.id)
-        if not alive and files.exit_status() is None:
-            shutil.rmtree(d, ignore_errors=True)
-            continue
+    found = []
+    for record, d, pid, alive in recorded_execs(
+            c.dir / "execs", "shim.pid", lambda pid: shim_alive(pid, c.id),
+            lambda d: ShimFiles(d).exit_status() is not None):
         inst = make(record)
         inst.started, inst.running = True, alive
-        inst.shim = ExecShim(pid, files)
+        inst.shim = ExecShim(pid, ShimFiles(d))
         found.append(inst)
     return found

@@ -27,7 +27,7 @@ import trio
 from svc.runtime.conmon.attach import MonitorInput
 from svc.runtime.conmon.logtail import Cursor, CursorFile, LogTail
 from svc.runtime.conmon.monitor import MonitorFiles
-from svc.runtime.process import wait_gone
+from svc.runtime.process import runs_as, wait_gone
 from svc.runtime.runc import failure
 
 if TYPE_CHECKING:
@@ -154,9 +154,4 @@ def exit_time_ns(handle: MonitorHandle) -> int | None:
 
 def monitor_alive(pid: int, cid: str) -> bool:
     """Whether ``pid`` is still the conmon of container ``cid`` (not a reused pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return bool(argv) and os.path.basename(argv[0]) == b"conmon" and cid.encode() in argv
+    return runs_as(pid, b"conmon", cid)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +32,7 @@ import trio
 
 from svc.engine.containers.attach import output_chunks
 from svc.engine.containers.monitored import UNKNOWN_EXIT, Deliver
-from svc.runtime.process import Console, wait_gone
+from svc.runtime.process import Console, runs_as, wait_gone
 from svc.runtime.protocol import Created
 from svc.runtime.runc import failure
 from svc.runtime.shim import spool
@@ -172,12 +172,7 @@ def gone_handle(pid: int, files: ShimFiles) -> ShimHandle | None:
 
 def shim_alive(pid: int, cid: str) -> bool:
     """Whether ``pid`` is still the shim of container ``cid`` (not a reused pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return bool(argv) and os.path.basename(argv[0]) == b"svc-shim" and cid.encode() in argv
+    return runs_as(pid, b"svc-shim", cid)
 
 
 async def follow_shim(handle: ShimHandle, deliver: Deliver,
@@ -233,25 +228,36 @@ async def _follow_live(handle: ShimHandle, deliver: Deliver,
         [(handle.console, "stdout")] if handle.console is not None
         else [(p, n) for p, n in ((handle.stdout, "stdout"), (handle.stderr, "stderr"))
               if p is not None])
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(channel.run)
-        done: list[trio.Event] = []
-        for source, name in sources:
-            ev = trio.Event()
-            done.append(ev)
-            nursery.start_soon(_copy, source, name, deliver, moved, ev)
-        ended = await channel.wait_exit()
-        with trio.move_on_after(DRAIN_SECONDS):
-            for ev in done:
-                await ev.wait()
-        channel.done()
-        nursery.cancel_scope.cancel()
+    ended = await until_exit(channel, [partial(_copy, source, name, deliver, moved)
+                                       for source, name in sources])
     if ended is None:
         log.error("container %s: its shim ended without telling the exit",
                   handle.files.dir.parent.name[:12])
         status = handle.files.exit_status()
         return UNKNOWN_EXIT if status is None else status[0]
     return ended[0]
+
+
+async def until_exit(channel: ShimChannel, copies: list[Callable[[trio.Event], Awaitable[None]]]
+                     ) -> tuple[int, int] | None:
+    """Run ``copies`` (each sets its event at its stream's end) and the channel's reader
+    until the shim tells the end (None: it went without) and the streams have ended, or
+    ``DRAIN_SECONDS`` after it (what holds them past the end cannot keep the daemon); then
+    tell the shim the daemon is done."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.run)
+        done: list[trio.Event] = []
+        for copy in copies:
+            ev = trio.Event()
+            done.append(ev)
+            nursery.start_soon(copy, ev)
+        ended = await channel.wait_exit()
+        with trio.move_on_after(DRAIN_SECONDS):
+            for ev in done:
+                await ev.wait()
+        channel.done()
+        nursery.cancel_scope.cancel()
+    return ended
 
 
 async def _copy(source: PeekedPipe | Console, name: str, deliver: Deliver,

@@ -12,7 +12,6 @@ so that the file takes disk space only for what the daemon has not read yet.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import struct
@@ -23,6 +22,7 @@ import trio
 
 from svc.runtime.conmon.inotify import DirWatch
 from svc.runtime.conmon.k8sfile import Record, parse_runs
+from svc.runtime.holes import punch_hole
 
 log = logging.getLogger("svc.runtime.conmon")
 
@@ -30,10 +30,6 @@ READ_BYTES = 256 * 1024
 PUNCH_EVERY = 1 << 20
 IDLE_WAIT = 1.0  # a wake-up even without an inotify event (a missed one costs this much)
 COALESCE_NS = 2_000_000  # records read this close together are one chunk (``Batch.chunks``)
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 @dataclass(frozen=True)
@@ -185,8 +181,7 @@ class LogTail:
         upto = self._offset & ~0xFFF
         if upto <= self._punched:
             return
-        if _libc.fallocate(self._fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                           self._punched, upto - self._punched) == 0:
+        if punch_hole(self._fd, self._punched, upto - self._punched):
             self._punched = upto
         else:  # a file system without holes: the file keeps its blocks
             self._punched = 1 << 62

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,31 +126,16 @@ class Shim:
         for stale in (files.exit_file, files.runc_log, files.spool):
             stale.unlink(missing_ok=True)
         command = "exec" if process is not None else "create"
-        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        argv = self.argv(files, cid, bundle, terminal=terminal, stdin=stdin,
+                         stdin_once=stdin_once, process=process,
+                         spool_max=self.spool_max if spool_max is None else spool_max)
         try:
-            env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH,
-                   "SVC_SHIM_SYNC": str(write_end)}
-            argv = self.argv(files, cid, bundle, terminal=terminal, stdin=stdin,
-                             stdin_once=stdin_once, process=process,
-                             spool_max=self.spool_max if spool_max is None else spool_max)
-            proc = await trio.lowlevel.open_process(
-                argv, env=env, pass_fds=(write_end,), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            os.close(write_end)
-            write_end = -1
-            with trio.fail_after(SYNC_TIMEOUT):
-                report = await read_report(read_end)
-                await proc.wait()
-            assert proc.stderr is not None
-            stderr = (await proc.stderr.receive_some(65536)).decode(errors="replace")
-            await proc.stderr.aclose()
+            report, stderr, _ = await run_reporting(
+                argv, lambda fd: {"PATH": os.environ.get("PATH") or DEFAULT_PATH,
+                                  "SVC_SHIM_SYNC": str(fd)})
         except trio.TooSlowError:
             raise failure(command, -1, f"svc-shim did not report runc {command}'s outcome "
                                        f"within {SYNC_TIMEOUT:.0f} s") from None
-        finally:
-            os.close(read_end)
-            if write_end >= 0:
-                os.close(write_end)
         launched, failed, pid = _launched(report.decode(errors="replace"), stderr, files,
                                           command)
         if failed is not None:  # the shim exits too: reap it (the daemon is its subreaper)
@@ -159,6 +145,34 @@ class Shim:
             raise failed
         assert launched is not None
         return launched
+
+
+async def run_reporting(argv: list[str], env: Callable[[int], dict[str, str]],
+                        cwd: Path | None = None) -> tuple[bytes, str, int | None]:
+    """Run a monitor that reports on a sync pipe (``env(fd)`` names it) and forks away:
+    (its report, what it wrote to stderr, the first process's exit status).
+
+    Raises:
+        trio.TooSlowError: no report within ``SYNC_TIMEOUT``.
+    """
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        proc = await trio.lowlevel.open_process(
+            argv, env=env(write_end), pass_fds=(write_end,), cwd=cwd,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(write_end)
+        write_end = -1
+        with trio.fail_after(SYNC_TIMEOUT):
+            report = await read_report(read_end)
+            await proc.wait()
+        assert proc.stderr is not None
+        stderr = (await proc.stderr.receive_some(65536)).decode(errors="replace")
+        await proc.stderr.aclose()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    return report, stderr, proc.returncode
 
 
 async def read_report(fd: int) -> bytes:

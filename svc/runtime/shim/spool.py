@@ -6,21 +6,17 @@ bytes. What the daemon has read and kept is punched out of the file
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from svc.runtime.holes import punch_hole
+
 HEAD = struct.Struct("<B3xIQQ")
 STREAMS = {1: "stdout", 2: "stderr"}
 READ_SIZE = 1 << 20
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 @dataclass(frozen=True)
@@ -70,13 +66,7 @@ def punch(path: Path, upto: int) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return
-    with contextlib.closing(_Fd(fd)):
-        _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, upto)
-
-
-class _Fd:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def close(self) -> None:
-        os.close(self.fd)
+    try:
+        punch_hole(fd, 0, upto)
+    finally:
+        os.close(fd)
