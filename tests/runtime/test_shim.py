@@ -81,7 +81,8 @@ async def test_the_daemon_reads_the_pipes_and_is_told_the_exit(rt: RuncEnv,
     assert launched.pid > 0 and launched.shim_pid != launched.pid
     channel = await ShimChannel.connect(files.socket)
     assert channel.hello.exit is None and channel.hello.spool_size == 0
-    out_fd, err_fd = channel.hello.fds
+    out_fd, err_fd, *journals = channel.hello.fds
+    _close(journals)
     await rt.runc.start(cid)
     got: dict[str, bytes] = {}
 
@@ -163,7 +164,8 @@ async def test_a_daemon_that_goes_and_comes_back_misses_nothing(rt: RuncEnv,
     script = "i=0; while [ $i -lt 4000 ]; do i=$((i+1)); echo $i; done; read x; echo after-$x"
     cid, files, launched = await _launch(rt, tmp_path, ["sh", "-c", script], stdin=True)
     first = await ShimChannel.connect(files.socket)
-    out_fd, err_fd, in_fd = first.hello.fds
+    out_fd, err_fd, *journals, in_fd = first.hello.fds
+    _close(journals)
     await rt.runc.start(cid)
     os.set_blocking(out_fd, False)
     with trio.fail_after(TIMEOUT):  # the daemon reads some, then goes
@@ -176,7 +178,8 @@ async def test_a_daemon_that_goes_and_comes_back_misses_nothing(rt: RuncEnv,
         while not files.spool.exists() or b"\n4000\n" not in _spooled(files):
             await trio.sleep(0.05)
     second = await ShimChannel.connect(files.socket)
-    out_fd, err_fd, in_fd = second.hello.fds
+    out_fd, err_fd, *journals, in_fd = second.hello.fds
+    _close(journals)
     os.write(in_fd, b"x\n")
     os.close(in_fd)
     rest = _spooled(files)[: second.hello.spool_size]
@@ -192,6 +195,11 @@ async def test_a_daemon_that_goes_and_comes_back_misses_nothing(rt: RuncEnv,
     second.close()
     await _wait_gone(launched.shim_pid)
     await rt.runc.delete(cid)
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _spooled(files: ShimFiles) -> bytes:
@@ -291,27 +299,24 @@ async def test_a_shim_costs_little_memory(rt: RuncEnv, tmp_path: Path) -> None:
 
 async def test_what_the_daemon_has_not_logged_is_drained_and_what_it_has_is_not(
         rt: RuncEnv, tmp_path: Path) -> None:
-    """A peeked pipe: the shim takes a chunk out only when asked, and counts; a daemon gone
-    between copying a chunk and asking leaves it to the spool, at its stream's offset."""
+    """A peeked pipe: a chunk leaves the pipe only when the daemon moves it into the
+    journal, where the shim counts it; a daemon gone between copying a chunk and moving it
+    leaves it to the spool, at its stream's offset."""
     cid, files, launched = await _launch(
         rt, tmp_path, ["sh", "-c", "echo one; read x; echo two; read x; echo three; sleep 30"],
         stdin=True)
     channel = await ShimChannel.connect(files.socket)
-    out_fd, err_fd, in_fd = channel.hello.fds
-    pipe = PeekedPipe(out_fd, channel, 0, logged=0)
+    out_fd, err_fd, out_journal, err_journal, in_fd = channel.hello.fds
+    pipe = PeekedPipe(out_fd, out_journal, head=0, logged=0)
     await rt.runc.start(cid)
     with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(channel.run)
-            assert await pipe.receive_some() == b"one\n"
-            pipe.consume()  # logged: the shim takes it
-            assert await channel.wait_taken(0, 4)
-            os.write(in_fd, b"\n")
-            assert await pipe.receive_some() == b"two\n"  # (the shim has "one" out)
-            assert pipe.offset == 8
-            nursery.cancel_scope.cancel()
-    pipe.close()  # gone before asking: "two" stays in the pipe
-    os.close(err_fd)
+        assert await pipe.receive_some() == b"one\n"
+        pipe.consume()  # logged: moved into the journal, where the shim counts it
+        os.write(in_fd, b"\n")
+        assert await pipe.receive_some() == b"two\n"  # ("one" has left the pipe)
+        assert pipe.offset == 8
+    pipe.close()  # gone before moving it: "two" stays in the pipe
+    _close([err_fd, err_journal])
     channel.close()
     os.write(in_fd, b"\n")
     with trio.fail_after(TIMEOUT):
@@ -345,7 +350,8 @@ async def test_an_exec_that_ends_before_the_daemon_connects_waits_for_it(
         held = await Shim(rt.runc).launch(cid, exec_files, process=process)
         await trio.sleep(0.5)  # it has ended
         channel = await ShimChannel.connect(exec_files.socket)
-        out_fd, err_fd = channel.hello.fds
+        out_fd, err_fd, *journals = channel.hello.fds
+        _close(journals)
         assert channel.hello.exit is not None and channel.hello.exit[0] == 0
         assert await _read_to_end(out_fd) == b"quick\n"
         os.close(err_fd)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -80,10 +81,12 @@ async def launch_exec_shim(shim: Shim, inst: ExecInstance, process: dict[str, An
     fds = channel.hello.fds
     if len(fds) == 1:
         inst.console = Console(fds[0])
-    elif len(fds) >= 2:
+    elif len(fds) >= 4:  # (its output is not logged: read as it comes, no journal)
         held.stdout, held.stderr = trio.lowlevel.FdStream(fds[0]), trio.lowlevel.FdStream(fds[1])
-        if len(fds) == 3:
-            inst.stdin = ShimStdin(fds[2], channel)
+        os.close(fds[2])
+        os.close(fds[3])
+        if len(fds) == 5:
+            inst.stdin = ShimStdin(fds[4], channel)
     inst.pid, inst.running, inst.shim = launched.pid, True, held
 
 

@@ -153,11 +153,12 @@ async def connect(pid: int, files: ShimFiles) -> ShimHandle:
     fds = channel.hello.fds
     if len(fds) == 1:
         handle.console = Console(fds[0])
-    elif len(fds) >= 2:
-        handle.stdout = PeekedPipe(fds[0], channel, 0, handle.state.logged[0])
-        handle.stderr = PeekedPipe(fds[1], channel, 1, handle.state.logged[1])
-        if len(fds) == 3:
-            handle.stdin = ShimStdin(fds[2], channel)
+    elif len(fds) >= 4:
+        taken, logged = channel.hello.taken, handle.state.logged
+        handle.stdout = PeekedPipe(fds[0], fds[2], taken[0], logged[0])
+        handle.stderr = PeekedPipe(fds[1], fds[3], taken[1], logged[1])
+        if len(fds) == 5:
+            handle.stdin = ShimStdin(fds[4], channel)
     return handle
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-MAX_FDS = 3
+MAX_FDS = 5
 
 
 @dataclass
@@ -28,7 +28,8 @@ class Hello:
     acked: int  # how far the daemon acknowledged reading it
     dropped: int  # output bytes not kept (the spool was full), since the shim started
     exit: tuple[int, int] | None  # (exit code, end in ns), if the process has ended
-    fds: list[int]  # [pty master] or [stdout, stderr] or [stdout, stderr, stdin]
+    # [pty master], or [stdout, stderr, stdout's journal, stderr's journal (+ stdin)]
+    fds: list[int]
     taken: tuple[int, int]  # stdout's and stderr's offsets at the head of their pipes
 
 
@@ -44,7 +45,6 @@ class ShimChannel:
         self._sock = sock
         self.hello = hello
         self.exit: tuple[int, int] | None = hello.exit
-        self.taken = list(hello.taken)  # as the shim last answered a "consume"
         self.gone = False  # the shim closed the connection (it exited, or was killed)
         self._changed = trio.Event()
 
@@ -80,20 +80,6 @@ class ShimChannel:
         """The spool up to ``offset`` is read and kept: it no longer counts to the bound."""
         self._send(b"ack %d\n" % offset)
 
-    def consume(self, stream: int, n: int) -> None:
-        """Ask the shim to take the next ``n`` bytes of ``stream`` (0 stdout, 1 stderr) out of
-        its pipe: the daemon has them in its log."""
-        self._send(b"consume %d %d\n" % (stream + 1, n))
-
-    async def wait_taken(self, stream: int, offset: int) -> bool:
-        """Until the shim has taken ``stream``'s bytes up to ``offset``; False if it went
-        first."""
-        while self.taken[stream] < offset:
-            if self.gone:
-                return False
-            await self._wait_change()
-        return True
-
     async def _wait_change(self) -> None:
         changed = self._changed
         await changed.wait()
@@ -115,9 +101,7 @@ class ShimChannel:
                 if not data:
                     return
                 words = data.split()
-                if len(words) == 3 and words[0] == b"consumed":
-                    self.taken[int(words[1]) - 1] = int(words[2])
-                elif len(words) == 3 and words[0] == b"exit":
+                if len(words) == 3 and words[0] == b"exit":
                     self.exit = int(words[1]), int(words[2])
                 self._wake()
         finally:

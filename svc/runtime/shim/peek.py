@@ -4,10 +4,11 @@ Under a shim, a daemon killed between reading a chunk and writing it to the log 
 that chunk, and one killed between writing it and taking it out of the pipe would log it
 twice. So the daemon copies what the pipe holds with ``tee(2)`` (into a private pipe it then
 reads) and hands the copy on; once the copy is in the log, and the stream's offset after it
-in the cursor, it asks the shim to take those bytes out (``consume``). The shim takes them and
-counts: it always knows each stream's offset at the head of the pipe, and tells the next
-daemon, which compares it with its cursor's and skips what it logged already. Exactly once,
-whenever the kill comes.
+in the cursor, it moves those bytes out of the pipe with ``splice(2)`` into the stream's
+journal, a pipe whose other end the shim reads and counts. The shim thus always knows each
+stream's offset at the head of the pipe, and tells the next daemon, which compares it with its
+cursor's and skips what it logged already. Exactly once, whenever the kill comes, and with
+no round trip to the shim per chunk.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import os
 
 import trio
 
-from svc.runtime.shim.channel import ShimChannel
-
 F_SETPIPE_SZ = 1031
 PIPE_SIZE = 1 << 20
 SPLICE_F_NONBLOCK = 2
@@ -32,26 +31,25 @@ _libc.tee.restype = ctypes.c_ssize_t
 
 
 class PeekedPipe(trio.abc.ReceiveStream):
-    """The read end ``fd`` of stream ``stream`` (0 stdout, 1 stderr) of a container held by
-    the shim at ``channel`` (the object owns ``fd``). ``logged`` is the stream's offset up
-    to which the daemon's log already has it (from its cursor): what lies before that at the
-    pipe's head is taken out unread.
+    """The read end ``fd`` of one output stream of a container held by a shim, and the write
+    end ``journal`` of that stream's journal (the object owns both). ``head`` is the stream's
+    offset at the head of the pipe (the shim's hello), ``logged`` the offset up to which the
+    daemon's log already has it (its cursor): what lies between is moved out unread.
 
     ``receive_some`` returns a copy of what the pipe holds (b"" at its end); the caller calls
     ``consume()`` once that copy is logged (the next ``receive_some`` does, otherwise), and
     ``offset`` is then the stream's offset after it."""
 
-    def __init__(self, fd: int, channel: ShimChannel, stream: int, logged: int) -> None:
+    def __init__(self, fd: int, journal: int, head: int, logged: int) -> None:
         self._fd = fd
-        self._channel = channel
-        self._stream = stream
+        self._journal = journal
         os.set_blocking(fd, False)
+        os.set_blocking(journal, False)
         self._copy_r, self._copy_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         with contextlib.suppress(OSError):  # (else the default 64 KiB: smaller chunks)
             fcntl.fcntl(self._copy_w, F_SETPIPE_SZ, PIPE_SIZE)
-        head = channel.taken[stream]
         self.offset = max(head, logged)  # after the last byte handed out
-        self._asked = head  # how far the shim has been asked to take
+        self._moved = head  # the offset at the pipe's head
         self._closed = False
 
     def fileno(self) -> int:
@@ -60,9 +58,10 @@ class PeekedPipe(trio.abc.ReceiveStream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._closed:
             raise trio.ClosedResourceError
-        self.consume()
-        if not await self._channel.wait_taken(self._stream, self.offset):
-            raise trio.BrokenResourceError("the shim went away")
+        while self.offset > self._moved:  # (a full journal: the shim reads it in a moment)
+            self.consume()
+            if self.offset > self._moved:
+                await trio.lowlevel.wait_writable(self._journal)
         limit = max_bytes or PIPE_SIZE
         while True:
             await trio.lowlevel.wait_readable(self._fd)
@@ -78,10 +77,17 @@ class PeekedPipe(trio.abc.ReceiveStream):
             return _read_exactly(self._copy_r, n)
 
     def consume(self) -> None:
-        """Ask the shim to take what was handed out (it is logged now)."""
-        if self.offset > self._asked:
-            self._channel.consume(self._stream, self.offset - self._asked)
-            self._asked = self.offset
+        """Move what was handed out (it is logged now) into the journal; what the journal
+        has no room for yet is moved by the next ``receive_some``."""
+        while self.offset > self._moved:
+            try:
+                moved = os.splice(self._fd, self._journal, self.offset - self._moved,
+                                  flags=SPLICE_F_NONBLOCK)
+            except (BlockingIOError, InterruptedError):
+                return
+            if moved == 0:  # (the pipe holds less than was copied: not expected)
+                raise trio.BrokenResourceError("the pipe lost what was copied from it")
+            self._moved += moved
 
     def close(self) -> None:
         """Close without consuming: what is still in the pipe stays, for the shim."""
@@ -89,7 +95,8 @@ class PeekedPipe(trio.abc.ReceiveStream):
             return
         self._closed = True
         trio.lowlevel.notify_closing(self._fd)
-        for fd in (self._fd, self._copy_r, self._copy_w):
+        trio.lowlevel.notify_closing(self._journal)
+        for fd in (self._fd, self._journal, self._copy_r, self._copy_w):
             os.close(fd)
 
     async def aclose(self) -> None:

@@ -31,20 +31,22 @@
  *              not keep); written atomically, after the output
  *   init.pid   runc's pid file; runc.log runc's messages (json)
  *
+ * Journals: the daemon reads an output pipe without taking from it (tee(2) copies what it
+ * holds), logs the copy, and only then moves those bytes out of the pipe with splice(2)
+ * into the stream's journal, a pipe whose read end the shim keeps, reading and counting what
+ * arrives. So the shim always knows each stream's offset (what left the pipe: through the
+ * journal, or drained by itself), a daemon killed at any moment has logged what left the
+ * pipe, and the next one skips what its log has (its cursor's offset): exactly once, and
+ * without a round trip per chunk (the splice is the daemon's own, synchronous).
+ *
  * Protocol on shim.sock, one message per packet, text lines:
  *   shim -> daemon  "hello <spool_size> <acked> <dropped> <exited> <code> <exit_ns> <out>
  *                   <err>\n" at connect (out, err: each stream's offset of the byte at the
- *                   head of its pipe: how many the shim has taken out of it), with
- *                   SCM_RIGHTS: the pty master (-t), or stdout's and stderr's read ends, and
- *                   stdin's write end (-s, until closed)
- *                   "consumed <1|2> <offset>\n": the answer to "consume"
+ *                   head of its pipe: how many have been taken out of it), with SCM_RIGHTS:
+ *                   the pty master (-t), or stdout's and stderr's read ends, the write ends
+ *                   of their journals, and stdin's write end (-s, until closed)
  *                   "exit <code> <ns>\n" when the process ends
- *   daemon -> shim  "consume <1|2> <n>\n": the daemon has the next n bytes of stdout (1) or
- *                   stderr (2), copied with tee(2), in its log: the shim takes them out of
- *                   the pipe. The shim, not the daemon, takes them, so that it always knows
- *                   each stream's offset: a daemon killed at any moment, with its own
- *                   record of what it logged, resumes at the byte after it, exactly.
- *                   "ack <offset>\n": the spool up to offset is read and kept elsewhere (it
+ *   daemon -> shim  "ack <offset>\n": the spool up to offset is read and kept elsewhere (it
  *                   no longer counts toward SPOOL_MAX)
  *                   "close-stdin\n": the container's stdin ends (the shim's end is closed;
  *                   the daemon closes its own)
@@ -100,6 +102,9 @@ static int io_eof[3];
 static int spool_fd = -1;
 static long long spool_size, acked, dropped;
 static long long pos[3]; /* [1], [2]: bytes taken out of stdout's, stderr's pipe so far */
+static int journal[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; /* [1], [2]: read, write ends */
+
+static void read_journal(int i);
 
 static pid_t pid;               /* the process held */
 static int exited, exit_code;   /* once it has ended */
@@ -220,6 +225,7 @@ static void spool(int stream, const char *data, size_t len) {
 /* read what stream i holds now into the spool; 0 when it would block, 1 at its end */
 static int drain_one(int i) {
     static char buf[BUF_SIZE];
+    read_journal(i); /* what a daemon moved out before it went comes first */
     for (int rounds = 0; rounds < 16; rounds++) {
         ssize_t n = read(io[i], buf, sizeof buf);
         if (n > 0) {
@@ -444,7 +450,7 @@ static int client = -1;
 static int done;
 
 static void send_fds(int sock, const char *text, const int *fds, int nfds) {
-    char control[CMSG_SPACE(3 * sizeof(int))];
+    char control[CMSG_SPACE(5 * sizeof(int))];
     memset(control, 0, sizeof control);
     struct iovec iov = {(void *)text, strlen(text)};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -462,7 +468,9 @@ static void send_fds(int sock, const char *text, const int *fds, int nfds) {
 
 static void hello(void) {
     char text[200];
-    int fds[3], nfds = 0;
+    int fds[5], nfds = 0;
+    read_journal(1); /* (what the last daemon moved: the offsets told are exact) */
+    read_journal(2);
     snprintf(text, sizeof text, "hello %lld %lld %lld %d %d %lld %lld %lld\n", spool_size,
              acked, dropped, exited, exit_code, exit_ns, pos[1], pos[2]);
     if (o.tty) {
@@ -470,33 +478,31 @@ static void hello(void) {
     } else {
         fds[nfds++] = io[1];
         fds[nfds++] = io[2];
+        fds[nfds++] = journal[1][1];
+        fds[nfds++] = journal[2][1];
         if (io[0] >= 0)
             fds[nfds++] = io[0];
     }
     send_fds(client, text, fds, nfds);
 }
 
-/* take n bytes out of stream i's pipe (the daemon has them): they are there, it copied them */
-static void consume(int i, long long n) {
+/* count (and drop) what the daemon moved out of stream i's pipe into its journal: it is
+ * logged. Before the shim drains the pipe itself, and before it tells a daemon the offsets. */
+static void read_journal(int i) {
     static int devnull = -1;
+    if (journal[i][0] < 0)
+        return;
     if (devnull < 0)
         devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    int waits = 0;
-    while (n > 0) {
-        ssize_t k = splice(io[i], NULL, devnull, NULL, (size_t)n, SPLICE_F_NONBLOCK);
+    for (;;) {
+        ssize_t k = splice(journal[i][0], NULL, devnull, NULL, PIPE_SIZE, SPLICE_F_NONBLOCK);
         if (k > 0) {
-            n -= k;
             pos[i] += k;
             continue;
         }
         if (k < 0 && errno == EINTR)
             continue;
-        if (k < 0 && errno == EAGAIN && waits++ < 50) { /* (never expected: a bound) */
-            struct pollfd p = {io[i], POLLIN, 0};
-            poll(&p, 1, 10);
-            continue;
-        }
-        return; /* the pipe's end, or bytes that never came: nothing more to take */
+        return; /* empty (EAGAIN) */
     }
 }
 
@@ -520,15 +526,7 @@ static void from_client(void) {
     }
     text[n] = 0;
     long long offset;
-    int stream;
-    if (sscanf(text, "consume %d %lld", &stream, &offset) == 2) {
-        if ((stream == 1 || stream == 2) && !o.tty && io[stream] >= 0) {
-            consume(stream, offset);
-            char reply[64];
-            snprintf(reply, sizeof reply, "consumed %d %lld\n", stream, pos[stream]);
-            send_fds(client, reply, NULL, 0);
-        }
-    } else if (sscanf(text, "ack %lld", &offset) == 1) {
+    if (sscanf(text, "ack %lld", &offset) == 1) {
         if (offset > acked && offset <= spool_size)
             acked = offset;
     } else if (strncmp(text, "close-stdin", 11) == 0) {
@@ -626,6 +624,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         if (io[i] >= 0)
             set_nonblock(io[i]);
+    for (int i = 1; i < 3 && !o.tty; i++) {
+        if (pipe2(journal[i], O_CLOEXEC | O_NONBLOCK) < 0)
+            die("pipe: %s", strerror(errno));
+        fcntl(journal[i][0], F_SETPIPE_SZ, PIPE_SIZE);
+    }
     char pidtext[32];
     snprintf(pidtext, sizeof pidtext, "%d\n", (int)getpid());
     write_file("shim.pid", pidtext);
@@ -664,10 +667,12 @@ int main(int argc, char **argv) {
         if (exited && (done || (away && (!outputs_open || drain_expired()))))
             break;
 
-        struct pollfd p[5];
-        int np = 0, at_client = -1, at_out[3] = {-1, -1, -1};
+        struct pollfd p[7];
+        int np = 0, at_client = -1, at_out[3] = {-1, -1, -1}, at_journal = np + 2;
         p[np++] = (struct pollfd){sigfd, POLLIN, 0};
         p[np++] = (struct pollfd){listener, POLLIN, 0};
+        for (int i = 1; i < 3; i++) /* (always: a daemon moves logged output there) */
+            p[np++] = (struct pollfd){journal[i][0], journal[i][0] >= 0 ? POLLIN : 0, 0};
         if (client >= 0) {
             at_client = np;
             p[np++] = (struct pollfd){client, POLLIN, 0};
@@ -703,6 +708,9 @@ int main(int argc, char **argv) {
                 hello(); /* (it tells an end that came before) */
             }
         }
+        for (int i = 1; i < 3; i++)
+            if (p[at_journal + i - 1].revents)
+                read_journal(i);
         if (at_client >= 0 && client >= 0 && p[at_client].revents)
             from_client();
         for (int i = 1; i < 3; i++)
