@@ -18,6 +18,7 @@ from pathlib import Path
 import trio
 
 MAX_FDS = 5
+HELLO_WAIT = 10.0  # bound on a shim's hello after it accepted
 
 
 @dataclass
@@ -64,9 +65,11 @@ class ShimChannel:
                     break
                 except BlockingIOError:  # its backlog is full: it accepts in a moment
                     await trio.sleep(0.01)
-            await trio.lowlevel.wait_readable(sock)
-            data, fds = _receive(sock)
-            return cls(sock, _parse_hello(data, fds))
+            with trio.move_on_after(HELLO_WAIT):  # (a stopped shim must not stop a start)
+                await trio.lowlevel.wait_readable(sock)
+                data, fds = _receive(sock)
+                return cls(sock, _parse_hello(data, fds))
+            raise ShimError(0, f"svc-shim at {path} said nothing in {HELLO_WAIT:.0f} s")
         except OSError as exc:
             sock.close()
             if isinstance(exc, ShimError):
