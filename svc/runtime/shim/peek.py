@@ -7,8 +7,9 @@ reads) and hands the copy on; once the copy is in the log, and the stream's offs
 in the cursor, it moves those bytes out of the pipe with ``splice(2)`` into the stream's
 journal, a pipe whose other end the shim reads and counts. The shim thus always knows each
 stream's offset at the head of the pipe, and tells the next daemon, which compares it with its
-cursor's and skips what it logged already. Exactly once, whenever the kill comes, and with
-no round trip to the shim per chunk.
+cursor's and skips what it logged already. Nothing is lost whenever the kill comes (one
+between the log's write and the cursor's, microseconds apart, logs a chunk twice), and
+there is no round trip to the shim per chunk.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@
  * into the stream's journal, a pipe whose read end the shim keeps, reading and counting what
  * arrives. So the shim always knows each stream's offset (what left the pipe: through the
  * journal, or drained by itself), a daemon killed at any moment has logged what left the
- * pipe, and the next one skips what its log has (its cursor's offset): exactly once, and
- * without a round trip per chunk (the splice is the daemon's own, synchronous).
+ * pipe, and the next one skips what its log has (its cursor's offset): nothing is lost (a
+ * kill between the log's write and the cursor's, microseconds apart, logs one chunk twice),
+ * and there is no round trip per chunk (the splice is the daemon's own, synchronous).
  *
  * Protocol on shim.sock, one message per packet, text lines:
  *   shim -> daemon  "hello <spool_size> <acked> <dropped> <exited> <code> <exit_ns> <out>
