@@ -19,6 +19,7 @@ import contextlib
 import errno
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,19 @@ async def output_chunks(stream: Any) -> AsyncGenerator[bytes, None]:
         if len(chunk) < SMALL_READ and now - last < DENSE_GAP:
             await trio.sleep(DENSE_GAP)
         last = now
+
+
+async def copy_to_hub(stream: Any, kind: int, hub: OutputHub, done: trio.Event) -> None:
+    """Copy one output stream of a process nobody logs (an exec) to its attached clients
+    until its end; then set ``done``."""
+    try:
+        async with aclosing(output_chunks(stream)) as chunks:
+            async for chunk in chunks:
+                await hub.publish(kind, chunk)
+    except OSError:
+        pass  # the process's side went away
+    finally:
+        done.set()
 
 
 class Attachment:

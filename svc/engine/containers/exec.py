@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ from svc.engine.containers.attach import (
     OutputHub,
     SessionOptions,
     StdinTarget,
-    output_chunks,
+    copy_to_hub,
     session,
 )
 from svc.engine.containers.container import Container
@@ -265,7 +264,7 @@ class ExecService:
                 for stream, kind in sources:
                     ev = trio.Event()
                     done.append(ev)
-                    nursery.start_soon(_copy, stream, kind, inst.hub, ev)
+                    nursery.start_soon(copy_to_hub, stream, kind, inst.hub, ev)
                 code = await wait_pid(inst.pid)
                 with trio.move_on_after(2.0):
                     for ev in done:
@@ -296,14 +295,3 @@ class ExecService:
         inst.console.resize(height, width)
         self.runner.event(inst.container, "exec_resize", height=str(height),
                           width=str(width), execID=inst.id)
-
-
-async def _copy(stream: Any, kind: int, hub: OutputHub, done: trio.Event) -> None:
-    try:
-        async with aclosing(output_chunks(stream)) as chunks:
-            async for chunk in chunks:
-                await hub.publish(kind, chunk)
-    except OSError:
-        pass  # the process's side went away
-    finally:
-        done.set()

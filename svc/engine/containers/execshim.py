@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
-from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from svc.engine.containers.attach import output_chunks
+from svc.engine.containers.attach import copy_to_hub
 from svc.engine.containers.container import Container
 from svc.engine.containers.execmon import RECORDED, recorded_execs
 from svc.engine.containers.monitored import UNKNOWN_EXIT
@@ -129,23 +128,12 @@ async def _follow(inst: ExecInstance, held: ExecShim, channel: ShimChannel) -> i
     sources: list[tuple[Any, int]] = (
         [(inst.console, STDOUT)] if inst.console is not None
         else [(held.stdout, STDOUT), (held.stderr, STDERR)])
-    ended = await until_exit(channel, [partial(_copy, stream, kind, inst)
+    ended = await until_exit(channel, [partial(copy_to_hub, stream, kind, inst.hub)
                                        for stream, kind in sources])
     if ended is None:
         status = held.files.exit_status()
         return UNKNOWN_EXIT if status is None else status[0]
     return ended[0]
-
-
-async def _copy(stream: Any, kind: int, inst: ExecInstance, done: trio.Event) -> None:
-    try:
-        async with aclosing(output_chunks(stream)) as chunks:
-            async for chunk in chunks:
-                await inst.hub.publish(kind, chunk)
-    except OSError:
-        pass  # the process's side went away
-    finally:
-        done.set()
 
 
 def adopt_exec_shims(c: Container, make: Callable[[dict[str, Any]], ExecInstance]

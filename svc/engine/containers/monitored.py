@@ -64,6 +64,23 @@ class MonitorHandle:
             self.input.close()
         self.cursor.close()
 
+    def ended_while_away(self) -> int | None:
+        """When conmon wrote the exit file, if the container ended before this daemon took
+        it (while no daemon was there); None if it ended under this daemon's watch: its end
+        is then now, as without conmon (a file's time is the kernel's coarse clock, a few ms
+        behind, and would come before a start this daemon recorded just after it)."""
+        try:
+            at = os.stat(self.files.exit_file).st_mtime_ns
+        except OSError:
+            return None
+        return at if at < self.since_ns else None
+
+    async def wait_end(self) -> int:
+        """Until conmon has exited (after a kill, when watching failed); the exit code."""
+        await wait_gone(self.pid)
+        code = self.files.exit_code()
+        return UNKNOWN_EXIT if code is None else code
+
 
 def monitor_files(container_dir: Path, bundle: Path, cid: str) -> MonitorFiles:
     return MonitorFiles(container_dir / "monitor", bundle, cid)
@@ -138,18 +155,6 @@ def _nothing() -> None:
 def _move(cursor: CursorFile, after: Cursor, settled: Callable[[], bool]) -> None:
     if settled():
         cursor.write(after)
-
-
-def exit_time_ns(handle: MonitorHandle) -> int | None:
-    """When conmon wrote the exit file, if the container ended before this daemon took it
-    (while no daemon was there); None if it ended under this daemon's watch: its end is
-    then now, as without conmon (a file's time is the kernel's coarse clock, a few ms behind,
-    and would come before a start this daemon recorded just after it)."""
-    try:
-        at = os.stat(handle.files.exit_file).st_mtime_ns
-    except OSError:
-        return None
-    return at if at < handle.since_ns else None
 
 
 def monitor_alive(pid: int, cid: str) -> bool:

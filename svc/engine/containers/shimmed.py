@@ -108,6 +108,13 @@ class ShimHandle:
             self.channel.close()
         self.cursor.close()
 
+    async def wait_end(self) -> int:
+        """Until the shim has exited (after a kill, when watching failed); the exit code."""
+        with contextlib.suppress(OSError):
+            await wait_gone(self.pid)
+        status = self.files.exit_status()
+        return UNKNOWN_EXIT if status is None else status[0]
+
     def ended_while_away(self) -> int | None:
         """When the container ended, if that was before this daemon took it (told at
         connect, or the shim had gone); None if this daemon saw the end: it is now."""
@@ -277,14 +284,6 @@ async def _copy(source: PeekedPipe | Console, name: str, deliver: Deliver,
     except trio.BrokenResourceError:  # the shim went (killed): the end of what it held
         pass
     done.set()
-
-
-async def wait_shim_gone(handle: ShimHandle) -> int:
-    """Until the shim has exited (after a kill, when watching failed); its exit code."""
-    with contextlib.suppress(OSError):
-        await wait_gone(handle.pid)
-    status = handle.files.exit_status()
-    return UNKNOWN_EXIT if status is None else status[0]
 
 
 def _size(path: Path) -> int:

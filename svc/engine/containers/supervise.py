@@ -21,18 +21,16 @@ from svc.engine.containers.container import Container, Live, now_ns
 from svc.engine.containers.log_tap import Tapped
 from svc.engine.containers.logguard import GuardedLog
 from svc.engine.containers.monitored import (
-    UNKNOWN_EXIT,
     MonitorHandle,
-    exit_time_ns,
     follow,
 )
-from svc.engine.containers.shimmed import ShimHandle, follow_shim, wait_shim_gone
+from svc.engine.containers.shimmed import ShimHandle, follow_shim
 from svc.engine.containers.shipping import Dropped, Shipper
 from svc.engine.containers.state import State, transition
 from svc.errors import SvcError
 from svc.logdrivers.pump import LogPump
 from svc.runtime.cgroups import CgroupV1
-from svc.runtime.process import ContainerPipes, wait_gone, wait_pid
+from svc.runtime.process import ContainerPipes, wait_pid
 from svc.runtime.protocol import Runtime, RuntimeFailure
 from svc.storage.jsonlog.options import on_full, parse_log_opts
 from svc.storage.jsonlog.writer import JsonLogWriter
@@ -164,8 +162,7 @@ class Supervisor:
         await self.teardown(c)
         if live.start_failure is not None:
             code, c.state.error = live.start_failure
-        at = None if live.monitor is None else live.monitor.ended_while_away() \
-            if isinstance(live.monitor, ShimHandle) else exit_time_ns(live.monitor)
+        at = live.monitor.ended_while_away() if live.monitor is not None else None
         await self._exited(c, code, oom, at)
         live.exited.set()
         return code
@@ -173,11 +170,7 @@ class Supervisor:
     async def _wait_gone(self, live: Live) -> int:
         if live.monitor is None:
             return await wait_pid(live.pid)
-        if isinstance(live.monitor, ShimHandle):
-            return await wait_shim_gone(live.monitor)
-        await wait_gone(live.monitor.pid)
-        code = live.monitor.files.exit_code()
-        return UNKNOWN_EXIT if code is None else code
+        return await live.monitor.wait_end()
 
     async def _watch(self, c: Container, live: Live, pipes: ContainerPipes | None,
                      guard: GuardedLog | None, shipper: Shipper | None) -> int:
