@@ -81,6 +81,7 @@ class Answer:
 PlainView = Callable[..., Answer]
 PlainAlternative = Callable[..., "Answer | Streamer | None"]
 _VIEWS: dict[str, PlainAlternative] = {}
+_STREAMS: set[str] = set()  # the endpoints whose plain views answer with a ``Streamer``
 
 
 def plain_route(bp: Blueprint, rule: str, methods: tuple[str, ...] = ("GET",)) \
@@ -99,13 +100,16 @@ def plain_route(bp: Blueprint, rule: str, methods: tuple[str, ...] = ("GET",)) \
     return register
 
 
-def plain_alternative(bp: Blueprint, endpoint: str) \
+def plain_alternative(bp: Blueprint, endpoint: str, *, stream: bool = False) \
         -> Callable[[PlainAlternative], PlainAlternative]:
     """Register ``view(req, **path_values) -> Answer | Streamer | None`` as the plain form
     of ``bp``'s route ``endpoint``, whose Quart view stays: None sends the request the full
-    way (a query the plain view does not serve, such as one that needs I/O)."""
+    way (a query the plain view does not serve, such as one that needs I/O). ``stream``: it
+    answers with a ``Streamer`` (served bare, ``svc.api.barestream``)."""
     def register(view: PlainAlternative) -> PlainAlternative:
         _VIEWS[f"{bp.name}.{endpoint}"] = view
+        if stream:
+            _STREAMS.add(f"{bp.name}.{endpoint}")
         return view
     return register
 
@@ -143,13 +147,16 @@ class PlainRoutes:
         self._adapter = url_map.bind("localhost")
         self._routes: dict[tuple[str, bytes], tuple[str, dict[str, Any]]] = {}
         self._views = dict(_VIEWS)
+        self._streams = frozenset(_STREAMS)
+        self._stream_heads: dict[str, bytes] = {}
         self._common_text = common_headers
         self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                         for k, v in common_headers]
 
-    def answer(self, method: bytes, target: bytes) -> Reply | None:
+    def answer(self, method: bytes, target: bytes, streams_only: bool = False) -> Reply | None:
         """The response to a bodiless ``method`` (GET or HEAD) of ``target``, or None for
-        the full way. Never raises."""
+        the full way (``streams_only``: also for a route that answers no stream). Never
+        raises."""
         try:
             raw_path, _, query = target.decode("latin-1").partition("?")
             path = unquote(raw_path) if "%" in raw_path else raw_path
@@ -159,7 +166,7 @@ class PlainRoutes:
                 raw_version, path = m.group(1), m.group(2) or "/"
             endpoint, values = self._route(path, method)
             view = self._views.get(endpoint)
-            if view is None:
+            if view is None or (streams_only and endpoint not in self._streams):
                 return None
             answer = view(Plain(resolve(raw_version), args_of(query)), **values)
         except (SvcError, HTTPException, UnicodeError, ValueError):
@@ -174,7 +181,7 @@ class PlainRoutes:
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
 
-    def quick(self, data: bytes, date: bytes) -> Reply | None:
+    def quick(self, data: bytes, date: bytes, streams_only: bool = False) -> Reply | None:
         """The whole response to ``data`` when it is exactly one simple request head (HTTP/1.1,
         GET or HEAD, a Host, no body, no upgrade, nothing but keep-alive for Connection) of a
         plain route that answers; else None, and h11 parses it as usual (and refuses what is
@@ -201,7 +208,7 @@ class PlainRoutes:
             if low == b"connection" and value.strip().lower() != b"keep-alive":
                 return None
             host = host or low == b"host"
-        reply = self.answer(method, target) if host else None
+        reply = self.answer(method, target, streams_only) if host else None
         if reply is None or reply.stream is not None:
             return reply
         head = [b"HTTP/1.1 %d %s" % (reply.status, PHRASES.get(reply.status, b"")),
@@ -224,10 +231,14 @@ class PlainRoutes:
         return found
 
     def _stream_head(self, content_type: str) -> bytes:
-        lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",
-                 "Transfer-Encoding: chunked", "Connection: close",
-                 *(f"{k}: {v}" for k, v in self._common_text)]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        head = self._stream_heads.get(content_type)
+        if head is None:
+            lines = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}",
+                     "Transfer-Encoding: chunked", "Connection: close",
+                     *(f"{k}: {v}" for k, v in self._common_text)]
+            head = self._stream_heads[content_type] = \
+                ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head
 
 
 def bodiless(headers: Any) -> bool:

@@ -42,7 +42,7 @@ from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
-from svc.api import limits, serving
+from svc.api import accepting, limits, serving
 from svc.api.fastpath import PHRASES, PlainRoutes, PlainStream, bodiless
 from svc.api.heads import raw_stream_head, wants_upgrade
 from svc.api.rawbody import RawBody
@@ -112,11 +112,12 @@ class HijackH11Protocol(Refusals, H11Protocol):
         self._held_head = b""  # a response head waiting for its body (``_send_h11_event``)
 
     async def initiate(self) -> None:
-        if serving.OPEN.value > HijackH11Protocol.max_connections:  # this one is counted
+        if accepting.OPEN.value > HijackH11Protocol.max_connections:  # this one is counted
             await self._refuse(503)
             await self.send(Closed())
             return
-        self.guard.open(trio.current_time())
+        opened = getattr(getattr(self.send, "__self__", None), "opened_at", None)
+        self.guard.open(trio.current_time() if opened is None else opened)
         self.rearm()
 
     async def handle(self, event: Event) -> None:
@@ -361,8 +362,9 @@ def install(plain: PlainRoutes | None = None) -> None:
     """
     hypercorn.protocol.H11Protocol = HijackH11Protocol  # type: ignore[attr-defined]
     hypercorn.trio.tcp_server.MAX_RECV = RECEIVE_BYTES
-    HijackH11Protocol.max_connections = limits.max_connections()
-    HijackH11Protocol.plain = plain
+    HijackH11Protocol.max_connections = serving.Connection.max_connections = \
+        limits.max_connections()
+    HijackH11Protocol.plain = serving.Connection.plain = plain
 
 
 def raw_body(request: Any) -> RawBody | None:

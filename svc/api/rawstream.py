@@ -58,7 +58,46 @@ class HijackedConnection:
         pass
 
 
-class RawStream(trio.abc.Stream):
+class SocketWrites(trio.abc.Stream):
+    """Writes straight to a taken-over plain socket: after the takeover nothing else writes
+    to it. ``plain_socket`` is the trio socket (None: the subclass's ``send_all`` only)."""
+
+    plain_socket: Any = None
+    peer_gone = False
+    _closed = False
+
+    async def send_parts(self, parts: list[bytes]) -> None:
+        """Send ``parts`` as if joined, without joining them on a plain socket (one
+        ``sendmsg`` gathers them); ``trio.BrokenResourceError`` once the client is gone."""
+        sock = self.plain_socket
+        if sock is None or self._closed or self.peer_gone:
+            await self.send_all(b"".join(parts))
+            return
+        try:
+            done = await sock.sendmsg(parts)
+        except OSError as exc:
+            self.peer_gone = True
+            raise trio.BrokenResourceError("the client closed the connection") from exc
+        total = sum(map(len, parts))
+        if done < total:  # a partial write: the rest goes out the ordinary way
+            await self._send_direct(memoryview(b"".join(parts))[done:])
+
+    async def _send_direct(self, data: bytes | bytearray | memoryview) -> None:
+        """Write straight to the socket (no copy, no trip through hypercorn's protocol):
+        after the takeover nothing else writes to it. Partial writes are continued."""
+        sock = self.plain_socket
+        with memoryview(data) as view:
+            done = 0
+            while done < len(view):
+                try:
+                    done += await sock.send(view[done:])
+                except OSError as exc:  # EPIPE, ECONNRESET: the client is gone
+                    self.peer_gone = True
+                    raise trio.BrokenResourceError("the client closed the connection") \
+                        from exc
+
+
+class RawStream(SocketWrites):
     """The hijacked connection as a trio stream. One reader task and one writer task."""
 
     def __init__(self, protocol: HijackH11Protocol, initial: bytes, eof: bool) -> None:
@@ -207,36 +246,6 @@ class RawStream(trio.abc.Stream):
             self._writer = None
         if self.peer_gone:
             raise trio.BrokenResourceError("the client closed the connection")
-
-    async def send_parts(self, parts: list[bytes]) -> None:
-        """Send ``parts`` as if joined, without joining them on a plain socket (one
-        ``sendmsg`` gathers them); ``trio.BrokenResourceError`` once the client is gone."""
-        sock = self.plain_socket
-        if sock is None or self._closed or self.peer_gone:
-            await self.send_all(b"".join(parts))
-            return
-        try:
-            done = await sock.sendmsg(parts)
-        except OSError as exc:
-            self.peer_gone = True
-            raise trio.BrokenResourceError("the client closed the connection") from exc
-        total = sum(map(len, parts))
-        if done < total:  # a partial write: the rest goes out the ordinary way
-            await self._send_direct(memoryview(b"".join(parts))[done:])
-
-    async def _send_direct(self, data: bytes | bytearray | memoryview) -> None:
-        """Write straight to the socket (no copy, no trip through hypercorn's protocol):
-        after the takeover nothing else writes to it. Partial writes are continued."""
-        sock = self.plain_socket
-        with memoryview(data) as view:
-            done = 0
-            while done < len(view):
-                try:
-                    done += await sock.send(view[done:])
-                except OSError as exc:  # EPIPE, ECONNRESET: the client is gone
-                    self.peer_gone = True
-                    raise trio.BrokenResourceError("the client closed the connection") \
-                        from exc
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()

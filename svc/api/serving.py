@@ -1,4 +1,4 @@
-"""The accept loop and the per-connection server svc runs hypercorn's protocol in.
+"""The server: the per-connection server svc runs hypercorn's protocol in, and ``serve``.
 
 hypercorn's ``worker_serve`` is replaced by ``serve`` for two reasons found in use:
 
@@ -8,11 +8,10 @@ hypercorn's ``worker_serve`` is replaced by ``serve`` for two reasons found in u
   closed while idle (each ``docker version``) stayed open for ever. ``Connection`` has no
   timer task (``IdleFlag``): once the client's EOF (or a reset) is read and no request runs,
   the connection's task group ends and the socket is closed.
-- **Running out of descriptors is survived.** trio's own accept loop logs a traceback ten
-  times a second while ``accept`` fails with EMFILE and answers nothing. ``serve`` keeps one
-  descriptor in reserve: with none left it lets the reserve go, accepts the waiting
-  connection, answers ``503`` and closes it, takes the reserve back, and logs once that new
-  connections are refused (and once when they are accepted again). Open connections go on.
+- **Running out of descriptors is survived** (``svc.api.accepting``).
+
+A plain socket's connection serves a plain stream (``GET /events``) asked for by its first
+bytes itself, without hypercorn's protocol (``svc.api.barestream``).
 
 ``OPEN`` counts the connections whose sockets are open, from accept to close; the protocol
 refuses one more than ``limits.max_connections()`` with 503 (``svc.api.hijack``).
@@ -20,13 +19,13 @@ refuses one more than ``limits.max_connections()`` with 503 (``svc.api.hijack``)
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import trio
 from hypercorn.config import Config, Sockets
@@ -40,28 +39,15 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr
 
+from svc.api import limits
+from svc.api.accepting import OPEN, accept_loop, listeners_of
+from svc.api.barestream import first_bytes, serve_bare
 from svc.api.clock import ConnectionClock
+from svc.api.fastpath import PlainRoutes, Reply
+from svc.api.hangups import HangupWatch
 
 log = logging.getLogger("svc.server")
 
-CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-RETRY_SECONDS = 0.1  # while no descriptor can be had even for a refusal
-REPORT_SECONDS = 10.0  # how often a long shortage is reported again
-_REFUSAL_BODY = b"503 Service Unavailable: out of file descriptors\n"
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_REFUSAL_BODY)
-           + _REFUSAL_BODY)
-
-
-class _Count:
-    """The connections open now (from accept to the socket's close)."""
-
-    def __init__(self) -> None:
-        self.value = 0
-        self.connections: set[Connection] = set()
-
-
-OPEN = _Count()
 
 
 class ServerContext(WorkerContext):
@@ -70,6 +56,7 @@ class ServerContext(WorkerContext):
     def __init__(self) -> None:
         super().__init__(None)
         self.clock = ConnectionClock()
+        self.hangups = HangupWatch()
 
 
 class IdleFlag:
@@ -98,6 +85,10 @@ class Connection(TCPServer):
 
     _peer_gone = False
     _fd = -1  # a plain socket's descriptor (``_run_plain``), written directly when it can be
+    opened_at: float | None = None  # (a plain socket's: its head is due HEAD_TIMEOUT after)
+    _first_read = False  # waiting for the client's first bytes (``first_bytes``)
+    plain: PlainRoutes | None = None  # set by ``svc.api.hijack.install``
+    max_connections = 1 << 30  # (likewise)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -119,9 +110,24 @@ class Connection(TCPServer):
     async def _run_plain(self) -> None:
         """hypercorn's ``run`` for a plain socket, without trying a TLS handshake first (it
         fails with AttributeError under a deadline of its own: 10 % of a connection's CPU)."""
-        sock = self.stream.socket
+        stream = cast(trio.SocketStream, self.stream)
+        context = cast(ServerContext, self.context)
+        sock = stream.socket
         self._fd = sock.fileno()
+        self.opened_at = trio.current_time()
         try:
+            self._first_read = True
+            try:
+                first = await first_bytes(stream, context.clock, limits.HEAD_TIMEOUT,
+                                          tcp_server.MAX_RECV)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                first = b""
+            finally:
+                self._first_read = False
+            bare = self._bare_stream(first)
+            if bare is not None:  # (``svc.api.barestream``)
+                await serve_bare(sock, bare, context.clock, context.hangups)
+                return
             family = sock.family
             client = server = None
             if family in (socket.AF_INET, socket.AF_INET6):
@@ -135,21 +141,42 @@ class Connection(TCPServer):
                     "http/1.1")
                 await self.protocol.initiate()
                 self.idle_flag.idle = True
-                await self._read_data()
+                await self._read_data(first)
         except OSError:
             pass
         finally:
             await self._close()
 
+    def _bare_stream(self, data: bytes) -> Reply | None:
+        """The plain stream ``data`` asks for, to be served bare; None: hypercorn serves
+        the connection (from ``data`` on)."""
+        plain = Connection.plain
+        context = cast(ServerContext, self.context)
+        if plain is None or not data or OPEN.value > Connection.max_connections \
+                or context.terminated.is_set() or not context.hangups.running:
+            return None
+        return plain.quick(data, self.config.response_headers("h11")[0][1], streams_only=True)
+
     async def close_if_idle(self) -> None:
-        """At shutdown: close the connection if it is between requests."""
+        """At shutdown: close the connection if it is between requests (or before its
+        first: its first read ends as if the client had gone)."""
+        if self._first_read:
+            with contextlib.suppress(OSError):
+                self.stream.socket.shutdown(socket.SHUT_RD)
+            return
         if self.idle_flag.idle and not self._peer_gone:
             with trio.CancelScope(shield=True):
                 await self._initiate_server_close()
 
-    async def _read_data(self) -> None:
-        """hypercorn's read loop, without a cancel scope per read (svc sets no read timeout)."""
+    async def _read_data(self, first: bytes | None = None) -> None:
+        """hypercorn's read loop, without a cancel scope per read (svc sets no read timeout),
+        from the ``first`` bytes read if any (``b""``: the client went)."""
         try:
+            if first is not None:
+                await self.protocol.handle(RawData(first))
+                if not first:
+                    await self.protocol.handle(Closed())
+                    return
             while True:
                 try:
                     data = await self.stream.receive_some(tcp_server.MAX_RECV)
@@ -188,123 +215,6 @@ class Connection(TCPServer):
         await super().protocol_send(event)
 
 
-class _Reserve:
-    """One descriptor held back so that a connection can be refused when none are left."""
-
-    def __init__(self) -> None:
-        self.fd: int | None = None
-        self.refused = 0
-        self.short_since: float | None = None
-        self._reported = 0.0
-        self.take()
-
-    def take(self) -> None:
-        if self.fd is None:
-            try:
-                self.fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self.fd = None
-
-    def release(self) -> bool:
-        if self.fd is None:
-            return False
-        os.close(self.fd)
-        self.fd = None
-        return True
-
-    def short(self, exc: OSError) -> None:
-        now = trio.current_time()
-        if self.short_since is None:
-            self.short_since = self._reported = now
-            log.error("out of file descriptors (%s, %d connections open): new connections "
-                      "are refused with 503 until some close; open ones are served",
-                      errno.errorcode.get(exc.errno or 0, exc), OPEN.value)
-        elif now - self._reported >= REPORT_SECONDS:
-            self._reported = now
-            log.error("still out of file descriptors: %d connections refused so far, %d open",
-                      self.refused, OPEN.value)
-
-    def recovered(self) -> None:
-        if self.short_since is not None:
-            log.warning("file descriptors are available again: accepting connections (%d "
-                        "refused in %.1f s)", self.refused, trio.current_time() - self.short_since)
-            self.short_since = None
-            self.refused = 0
-
-
-def _raw_socket(listener: Any) -> Any:
-    inner = getattr(listener, "transport_listener", listener)  # an SSLListener's own
-    return inner.socket
-
-
-async def _refuse_one(listener: Any, reserve: _Reserve, plain: bool) -> bool:
-    """Accept one waiting connection on the reserve descriptor, answer 503 (plain sockets)
-    and close it. False when there was no reserve to spend."""
-    if not reserve.release():
-        return False
-    try:
-        with trio.move_on_after(RETRY_SECONDS):
-            conn, _ = await _raw_socket(listener).accept()
-            with conn:
-                if plain:
-                    try:
-                        await conn.send(REFUSAL)  # an empty send buffer: no wait
-                        conn.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
-            reserve.refused += 1
-    except OSError:
-        pass
-    finally:
-        reserve.take()
-    return True
-
-
-async def _accept_loop(listener: Any, handler: Callable[[Any], Awaitable[None]],
-                       nursery: trio.Nursery, plain: bool) -> None:
-    reserve = _Reserve()
-    try:
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in CAPACITY_ERRNOS:
-                        raise
-                    reserve.short(exc)
-                    if not await _refuse_one(listener, reserve, plain):
-                        await trio.sleep(RETRY_SECONDS)
-                    continue
-                reserve.recovered()
-                reserve.take()
-                nursery.start_soon(_run_handler, stream, handler)
-    finally:
-        reserve.release()
-
-
-async def _run_handler(stream: Any, handler: Callable[[Any], Awaitable[None]]) -> None:
-    try:
-        await handler(stream)
-    finally:
-        sock = getattr(stream, "socket", None)
-        if sock is None or sock.fileno() != -1:  # (the connection closed it, nearly always)
-            await trio.aclose_forcefully(stream)
-
-
-def _listeners(config: Config, sockets: Sockets) -> list[tuple[Any, bool]]:
-    """The listeners of ``sockets``, each with whether it is plain (not TLS)."""
-    listeners: list[tuple[Any, bool]] = []
-    ssl_context = config.create_ssl_context()
-    for sock in sockets.secure_sockets:
-        assert ssl_context is not None  # secure sockets only with a certificate
-        listeners.append((trio.SSLListener(
-            trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
-            ssl_context, https_compatible=True), False))
-    for sock in sockets.insecure_sockets:
-        listeners.append((trio.SocketListener(trio.socket.from_stdlib_socket(sock)), True))
-    return listeners
-
-
 async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                 shutdown_trigger: Callable[[], Awaitable[Any]],
                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -318,8 +228,9 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as clock_nursery:
             clock_nursery.start_soon(context.clock.run)
+            clock_nursery.start_soon(context.hangups.run)
             async with trio.open_nursery() as server_nursery:
-                listeners = _listeners(config, sockets)
+                listeners = listeners_of(config, sockets)
                 binds = [f"{scheme}://{repr_socket_addr(sock.family, sock.getsockname())}"
                          for scheme, socks in (("https", sockets.secure_sockets),
                                                ("http", sockets.insecure_sockets))
@@ -329,9 +240,9 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                 task_status.started(binds)
                 try:
                     async with trio.open_nursery() as accepting:
-                        for listener, plain in listeners:
-                            accepting.start_soon(_accept_loop, listener, handler,
-                                                 server_nursery, plain)
+                        for listener, raw in listeners:
+                            accepting.start_soon(accept_loop, listener, handler,
+                                                 server_nursery, raw)
                         await shutdown_trigger()
                         accepting.cancel_scope.cancel()
                 finally:

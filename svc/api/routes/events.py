@@ -96,8 +96,14 @@ def encode(ev: Event, shape: str) -> bytes:
     return data
 
 
+def _arg(args: MultiDict[str, str], name: str) -> str | None:
+    """``args.get(name)`` without werkzeug's cost for a missing name (it raises and catches a
+    ``BadRequestKeyError``, a tenth of a stream's opening)."""
+    return args.get(name) if name in args else None
+
+
 def _time_param(args: MultiDict[str, str], name: str) -> int | None:
-    raw = args.get(name)
+    raw = _arg(args, name)
     if raw is None or raw == "":
         return None
     try:
@@ -109,7 +115,7 @@ def _time_param(args: MultiDict[str, str], name: str) -> int | None:
 def _params(args: MultiDict[str, str], version: Version) -> tuple[Filters, int | None,
                                                                  int | None]:
     """The filters, ``since`` and ``until`` of a request (InvalidParameter naming a bad one)."""
-    filters = parse_filters(args.get("filters"), allowed_filters(version))
+    filters = parse_filters(_arg(args, "filters"), allowed_filters(version))
     since, until = _time_param(args, "since"), _time_param(args, "until")
     if version < (1, 22):
         filters["type"] = ["container", "image"]  # the only kinds the old shape can express
@@ -166,7 +172,7 @@ async def events() -> Response:
         sub.close()  # also when the stream never started
 
 
-@plain_alternative(bp, "events")
+@plain_alternative(bp, "events", stream=True)
 def events_plain(req: Plain) -> Streamer:
     """The same stream, opened by the protocol (``svc.api.fastpath``): a client that opens
     many streams at once pays for no ASGI request each."""

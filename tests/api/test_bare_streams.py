@@ -1,0 +1,165 @@
+"""Event streams served from the connection's first read (svc.api.barestream): many opened at
+once, each given what a stream opened the full way gets, and closed when its client goes,
+whatever the client sent after its request; a connection that never sent a byte does not hold
+up the daemon's shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.daemon import Daemon
+
+EVENTS = b"GET /v1.23/events HTTP/1.1\r\nHost: docker\r\nUser-Agent: Docker-Client/28.0.0\r\n\r\n"
+
+
+@pytest.fixture(scope="module")
+def d() -> Iterator[Daemon]:
+    daemon = Daemon().start()
+    yield daemon
+    daemon.cleanup()
+
+
+def _fds(d: Daemon) -> int:
+    return len(os.listdir(f"/proc/{int(d.pidfile.read_text())}/fd"))
+
+
+def _quiet_fds(d: Daemon, quiet: float = 0.3) -> int:
+    n, since, deadline = _fds(d), time.monotonic(), time.monotonic() + 5
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if (m := _fds(d)) != n:
+            n, since = m, time.monotonic()
+    return n
+
+
+def _settled_fds(d: Daemon, want: int) -> int:
+    deadline = time.monotonic() + 5
+    while (n := _fds(d)) > want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
+def _open(d: Daemon, *parts: bytes) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(str(d.sock))
+    for i, part in enumerate(parts):
+        if i:
+            time.sleep(0.1)  # (its own read: the head arrives in two)
+        s.sendall(part)
+    return s
+
+
+def _head(s: socket.socket, buf: bytearray) -> dict[str, str]:
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, bytes(buf)
+        buf += chunk
+    end = buf.index(b"\r\n\r\n")
+    lines = bytes(buf[:end]).decode().split("\r\n")
+    del buf[: end + 4]
+    assert lines[0] == "HTTP/1.1 200 OK", lines
+    return {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+
+
+def _event(s: socket.socket, buf: bytearray) -> dict[str, object]:
+    """The next event of a chunked stream (one event per chunk here: nothing else happens)."""
+    while b"}\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, bytes(buf)
+        buf += chunk
+    size_end = buf.index(b"\r\n")
+    size = int(buf[:size_end], 16)
+    while len(buf) < size_end + 2 + size + 2:
+        buf += s.recv(65536)
+    body = bytes(buf[size_end + 2: size_end + 2 + size])
+    del buf[: size_end + 2 + size + 2]
+    return json.loads(body.splitlines()[0])
+
+
+def _create_volume(d: Daemon, name: str) -> None:
+    body = json.dumps({"Name": name}).encode()
+    with _open(d, b"POST /v1.23/volumes/create HTTP/1.1\r\nHost: docker\r\nContent-Type: "
+               b"application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)) as s:
+        assert s.recv(65536).startswith(b"HTTP/1.1 201")
+
+
+def test_fifty_streams_opened_at_once_each_get_the_next_event(d: Daemon) -> None:
+    before = _quiet_fds(d)
+    socks = [_open(d, EVENTS) for _ in range(50)]
+    bufs = [bytearray() for _ in socks]
+    heads = [_head(s, b) for s, b in zip(socks, bufs, strict=True)]
+    _create_volume(d, "bare50")
+    for s, b in zip(socks, bufs, strict=True):
+        ev = _event(s, b)
+        assert (ev["Type"], ev["Action"], ev["Actor"]) == \
+            ("volume", "create", {"ID": "bare50", "Attributes": {"driver": "local"}})
+    for s in socks:
+        s.close()
+    assert _settled_fds(d, before) <= before
+    # the same head as a stream opened the full way (its head in two reads goes through h11)
+    with _open(d, EVENTS[:20], EVENTS[20:]) as full:
+        assert _head(full, bytearray()) == heads[0]
+    assert heads[0]["transfer-encoding"] == "chunked"
+    assert heads[0]["connection"] == "close"
+
+
+def test_what_a_client_sends_after_its_request_is_dropped(d: Daemon) -> None:
+    before = _quiet_fds(d)
+    s = _open(d, EVENTS)
+    buf = bytearray()
+    _head(s, buf)
+    s.sendall(b"x" * 300_000)  # (more than one read of the watch)
+    _create_volume(d, "bare-junk")
+    assert _event(s, buf)["Actor"] == {"ID": "bare-junk", "Attributes": {"driver": "local"}}
+    s.close()
+    assert _settled_fds(d, before) <= before
+
+
+def test_a_half_close_ends_the_stream(d: Daemon) -> None:
+    """The client's EOF means it has gone (as dockerd reads it): the daemon closes too."""
+    before = _quiet_fds(d)
+    with _open(d, EVENTS) as s:
+        buf = bytearray()
+        _head(s, buf)
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(65536):
+            pass
+    assert _settled_fds(d, before) <= before
+
+
+def test_a_stream_after_a_request_on_the_same_connection_goes_the_full_way(d: Daemon) -> None:
+    """Only a connection's first request is served bare; later ones are hypercorn's."""
+    with _open(d, b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n") as s:
+        buf = bytearray()
+        assert _head(s, buf)["content-length"] == "2"
+        while len(buf) < 2:
+            buf += s.recv(65536)
+        del buf[:2]
+        s.sendall(EVENTS)
+        _head(s, buf)
+        _create_volume(d, "bare-second")
+        assert _event(s, buf)["Actor"] == {"ID": "bare-second", "Attributes": {"driver": "local"}}
+
+
+def test_a_connection_that_never_sent_a_byte_does_not_hold_up_the_shutdown() -> None:
+    d = Daemon().start()
+    try:
+        with socket.socket(socket.AF_UNIX) as silent, _open(d, EVENTS) as stream:
+            silent.settimeout(10)
+            silent.connect(str(d.sock))
+            _head(stream, bytearray())
+            time.sleep(0.2)
+            start = time.monotonic()
+            assert d.stop() == 0
+            # (the graceful timeout is 5 s: neither connection waited for it)
+            assert time.monotonic() - start < 4
+            assert silent.recv(10) == b""
+    finally:
+        d.cleanup()
