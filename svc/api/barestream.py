@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -98,11 +99,21 @@ class BareStream(SocketWrites):
         return b""
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data``; what the socket takes at once is written without a trip through
+        the scheduler (a stream's head, an event), the rest as ``RawStream`` writes it."""
         if self._closed:
             raise trio.ClosedResourceError("the stream was closed")
         if self.peer_gone:
             raise trio.BrokenResourceError("the client closed the connection")
-        await self._send_direct(data)
+        try:
+            done = os.write(self.plain_socket.fileno(), data)  # (non-blocking: trio's)
+        except BlockingIOError:
+            done = 0
+        except OSError as exc:  # EPIPE, ECONNRESET: the client is gone
+            self.peer_gone = True
+            raise trio.BrokenResourceError("the client closed the connection") from exc
+        if done < len(data):
+            await self._send_direct(memoryview(data)[done:])
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -135,6 +146,14 @@ async def first_bytes(stream: trio.SocketStream, clock: ConnectionClock, limit: 
                       max_bytes: int) -> bytes:
     """What the client sends first (``b""``: it went, or sent nothing for ``limit`` s).
     Raises what ``receive_some`` raises. Cancellation: the deadline is taken off."""
+    try:  # nearly always there already: read without a trip through the scheduler
+        data = os.read(stream.socket.fileno(), max_bytes)
+        if data:
+            return data
+    except BlockingIOError:
+        pass
+    except OSError:
+        return b""  # (reset: gone)
     due = _FirstBytesDue(stream.socket, trio.current_time() + limit)
     clock.arm(due, due.deadline())
     try:
