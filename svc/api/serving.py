@@ -49,7 +49,6 @@ from svc.api.hangups import HangupWatch
 log = logging.getLogger("svc.server")
 
 
-
 class ServerContext(WorkerContext):
     """hypercorn's worker context, with the clock of the server's connections."""
 
