@@ -24,6 +24,7 @@ from operator import add, and_, eq, ge, itemgetter, methodcaller
 from typing import NamedTuple, TypeVar
 
 from svc.wire.jsonlog import MAX_LINE, Lines, format_time
+from svc.wire.native import FRAMER, Framer
 from svc.wire.stdcopy import HEADER as _HDR
 from svc.wire.stdcopy import STDERR, STDOUT
 from svc.wire.timefmt import parse_timestamp_ns
@@ -323,5 +324,15 @@ def to_records(want: int, since_ns: int, block: bytes) -> list[LogRecord]:
     return _records(_select(_parse(block, times=True, stamps=False), want, since_ns))
 
 
-def to_frames(want: int, since_ns: int, stamps: bool, block: bytes) -> bytes:
+def to_frames(want: int, since_ns: int, stamps: bool, block: bytes,
+              framer: Framer | None = FRAMER) -> bytes:
+    """``block``'s records of the wanted streams at or after ``since_ns``, as stdcopy frames
+    (with ``stamps``, each payload after its time). A block of the writer's exact shape and
+    one stream, with no times asked for, is framed in C when the library is there
+    (``svc.wire.native``)."""
+    if framer is not None and since_ns <= 0 and not stamps:
+        done = framer.frames(block)
+        if done is not None:
+            code, frames = done
+            return frames if want & code else b""
     return _frames(_select(_parse(block, times=since_ns > 0, stamps=stamps), want, since_ns))
