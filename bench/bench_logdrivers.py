@@ -96,7 +96,9 @@ def _journald(ctx: Context, lines: int) -> float:
     from tests.support.journald import private_journald
 
     with private_journald() as journal:
-        wd = ctx.workdir / f"jd-{ctx.workdir.name.rsplit('-', 1)[-1]}"
+        # (its bridge is named for what follows the last "-": not the run daemon's name,
+        # which this daemon's stop would otherwise delete under the run's own daemon)
+        wd = ctx.workdir / f"jd-j{ctx.workdir.name.rsplit('-', 1)[-1][:7]}"
         wd.mkdir(exist_ok=True)
         bip = "10.198.0.1/16"
         d = procs.daemon(wd, env={"SVC_JOURNAL_SOCKET": journal.socket,

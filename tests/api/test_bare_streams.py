@@ -6,7 +6,6 @@ up the daemon's shutdown."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.daemon import Daemon
+from tests.support.descriptors import quiet_fds, settled_fds
 
 EVENTS = b"GET /v1.23/events HTTP/1.1\r\nHost: docker\r\nUser-Agent: Docker-Client/28.0.0\r\n\r\n"
 
@@ -23,26 +23,6 @@ def d() -> Iterator[Daemon]:
     daemon = Daemon().start()
     yield daemon
     daemon.cleanup()
-
-
-def _fds(d: Daemon) -> int:
-    return len(os.listdir(f"/proc/{int(d.pidfile.read_text())}/fd"))
-
-
-def _quiet_fds(d: Daemon, quiet: float = 0.3) -> int:
-    n, since, deadline = _fds(d), time.monotonic(), time.monotonic() + 5
-    while time.monotonic() - since < quiet and time.monotonic() < deadline:
-        time.sleep(0.05)
-        if (m := _fds(d)) != n:
-            n, since = m, time.monotonic()
-    return n
-
-
-def _settled_fds(d: Daemon, want: int) -> int:
-    deadline = time.monotonic() + 5
-    while (n := _fds(d)) > want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return n
 
 
 def _open(d: Daemon, *parts: bytes) -> socket.socket:
@@ -91,7 +71,7 @@ def _create_volume(d: Daemon, name: str) -> None:
 
 
 def test_fifty_streams_opened_at_once_each_get_the_next_event(d: Daemon) -> None:
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     socks = [_open(d, EVENTS) for _ in range(50)]
     bufs = [bytearray() for _ in socks]
     heads = [_head(s, b) for s, b in zip(socks, bufs, strict=True)]
@@ -102,7 +82,7 @@ def test_fifty_streams_opened_at_once_each_get_the_next_event(d: Daemon) -> None
             ("volume", "create", {"ID": "bare50", "Attributes": {"driver": "local"}})
     for s in socks:
         s.close()
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
     # the same head as a stream opened the full way (its head in two reads goes through h11)
     with _open(d, EVENTS[:20], EVENTS[20:]) as full:
         assert _head(full, bytearray()) == heads[0]
@@ -111,7 +91,7 @@ def test_fifty_streams_opened_at_once_each_get_the_next_event(d: Daemon) -> None
 
 
 def test_what_a_client_sends_after_its_request_is_dropped(d: Daemon) -> None:
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     s = _open(d, EVENTS)
     buf = bytearray()
     _head(s, buf)
@@ -119,19 +99,19 @@ def test_what_a_client_sends_after_its_request_is_dropped(d: Daemon) -> None:
     _create_volume(d, "bare-junk")
     assert _event(s, buf)["Actor"] == {"ID": "bare-junk", "Attributes": {"driver": "local"}}
     s.close()
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
 
 
 def test_a_half_close_ends_the_stream(d: Daemon) -> None:
     """The client's EOF means it has gone (as dockerd reads it): the daemon closes too."""
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     with _open(d, EVENTS) as s:
         buf = bytearray()
         _head(s, buf)
         s.shutdown(socket.SHUT_WR)
         while s.recv(65536):
             pass
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
 
 
 def test_a_stream_after_a_request_on_the_same_connection_goes_the_full_way(d: Daemon) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import Daemon
+from tests.support.descriptors import quiet_fds, settled_fds
 
 
 class LimitedDaemon(Daemon):
@@ -27,34 +28,6 @@ class LimitedDaemon(Daemon):
 
     def command(self) -> list[str]:
         return ["prlimit", f"--nofile={self.nofile}:{self.nofile}", "--", *super().command()]
-
-
-def _fds(d: Daemon) -> int:
-    assert d.proc is not None
-    pid = int(d.pidfile.read_text()) if d.pidfile.exists() else d.proc.pid
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _quiet_fds(d: Daemon, quiet: float = 0.3, timeout: float = 5.0) -> int:
-    """The daemon's descriptor count once it has not changed for ``quiet`` seconds: the
-    connection of the ping before it may still be closing, and a count taken then would be
-    one too high (the baseline the test compares with)."""
-    deadline = time.monotonic() + timeout
-    n, since = _fds(d), time.monotonic()
-    while time.monotonic() - since < quiet and time.monotonic() < deadline:
-        time.sleep(0.05)
-        if (m := _fds(d)) != n:
-            n, since = m, time.monotonic()
-    return n
-
-
-def _settled_fds(d: Daemon, want: int, timeout: float = 5.0) -> int:
-    """The daemon's descriptor count once it is back to ``want`` (or the timeout passed):
-    the last closes may still be on their way."""
-    deadline = time.monotonic() + timeout
-    while (n := _fds(d)) > want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return n
 
 
 class _UnixHTTP(http.client.HTTPConnection):
@@ -88,7 +61,7 @@ def test_cli_runs_leave_no_descriptor_behind(d: Daemon) -> None:
     """Each ``docker version`` negotiates (HEAD /_ping), asks, and closes its idle keep-alive
     connection: 1,000 of them leave the daemon's descriptors where they were."""
     _ping(d.sock)
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     env = dict(os.environ, DOCKER_HOST=d.url)
 
     def one(_: int) -> int:
@@ -98,14 +71,14 @@ def test_cli_runs_leave_no_descriptor_behind(d: Daemon) -> None:
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         codes = list(pool.map(one, range(1000)))
     assert codes == [0] * 1000
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
 
 
 def test_http_client_connections_leave_no_descriptor_behind(d: Daemon) -> None:
     """http.client without ``Connection: close`` (the client closes), with it (the daemon
     closes), and connections reset with a request unanswered or half sent."""
     _ping(d.sock)
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     assert {_ping(d.sock, close=i % 3 == 0) for i in range(1000)} == {200}
     for data in (b"GET /_ping HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /_pi", b""):
         for _ in range(50):
@@ -113,12 +86,12 @@ def test_http_client_connections_leave_no_descriptor_behind(d: Daemon) -> None:
                 s.connect(str(d.sock))
                 s.sendall(data)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
 
 
 def test_an_events_stream_dropped_by_its_client_is_closed(d: Daemon) -> None:
     _ping(d.sock)
-    before = _quiet_fds(d)
+    before = quiet_fds(d)
     for _ in range(50):
         conn = _UnixHTTP(d.sock)
         conn.request("GET", "/events")
@@ -126,13 +99,13 @@ def test_an_events_stream_dropped_by_its_client_is_closed(d: Daemon) -> None:
         assert resp.status == 200
         resp.close()  # (the answer says Connection: close: the response holds the socket)
         conn.close()
-    assert _settled_fds(d, before) <= before
+    assert settled_fds(d, before) <= before
 
 
 def test_a_256_descriptor_daemon_survives_2000_dropped_connections() -> None:
     d = LimitedDaemon(256).start()
     try:
-        before = _quiet_fds(d)
+        before = quiet_fds(d)
         for i in range(2000):
             with socket.socket(socket.AF_UNIX) as s:
                 s.settimeout(10)
@@ -141,7 +114,7 @@ def test_a_256_descriptor_daemon_survives_2000_dropped_connections() -> None:
                     s.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
                     assert s.recv(12) == b"HTTP/1.1 200"
         assert _ping(d.sock) == 200
-        assert _settled_fds(d, before) <= before
+        assert settled_fds(d, before) <= before
         assert d.proc is not None and d.proc.poll() is None
     finally:
         d.cleanup()
