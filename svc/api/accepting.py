@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("svc.server")
 
+
 class _Count:
     """The connections open now (from accept to the socket's close)."""
 
@@ -37,7 +38,6 @@ class _Count:
 
 
 OPEN = _Count()
-
 
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 RETRY_SECONDS = 0.1  # while no descriptor can be had even for a refusal
