@@ -20,7 +20,8 @@ Quart and errors are mapped as everywhere else.
 Two refinements: a request that arrives as one simple head (``PlainRoutes.quick``) is
 answered before h11 parses it at all, and a view may answer with a ``Streamer`` (a plain
 stream: ``GET /events``), for which the connection is taken over and the stream run in the
-connection's task group.
+connection's task group; asked for in a connection's first read, the stream is served
+without hypercorn's protocol at all (``svc.api.barestream``).
 """
 
 from __future__ import annotations
