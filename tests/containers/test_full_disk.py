@@ -164,6 +164,8 @@ def test_stop_kill_rm_and_the_daemon_stop_answer_on_a_full_disk(
     filler.unlink()
     for cid in (ids[0], ids[1], writer):
         assert c.delete(f"/containers/{cid}").status_code == 204
+    # (a removed container's files leave the disk in the background: svc.engine.trash)
+    _wait_for("room again", lambda: _free(d.root) > 8 << 20)
     again = _run(c, ["sh", "-c", "echo back; sleep 30"])
     _wait_for("logged again", lambda: b"back" in c.get(
         f"/containers/{again}/logs", params={"stdout": "1"}).content)
