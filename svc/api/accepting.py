@@ -41,6 +41,12 @@ OPEN = _Count()
 
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 RETRY_SECONDS = 0.1  # while no descriptor can be had even for a refusal
+# accept's errors that concern only the connection being taken (trio's SocketListener skips
+# the same): a client that reset its connection before it was accepted must not stop the loop
+IGNORABLE_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ECONNABORTED", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH",
+    "EOPNOTSUPP", "ENETUNREACH", "ENOSR", "ESOCKTNOSUPPORT", "EPROTONOSUPPORT", "ETIMEDOUT",
+    "ECONNRESET", "EPERM") if hasattr(errno, name))
 ACCEPT_BATCH = 64  # connections accepted in a row before others get the loop
 REPORT_SECONDS = 10.0  # how often a long shortage is reported again
 _REFUSAL_BODY = b"503 Service Unavailable: out of file descriptors\n"
@@ -131,12 +137,14 @@ async def _accept_waiting(raw: socket.socket) -> list[trio.SocketStream]:
     ``OSError`` only when not one could be accepted."""
     await trio.lowlevel.wait_readable(raw)
     out: list[trio.SocketStream] = []
-    while len(out) < ACCEPT_BATCH:
+    for _ in range(ACCEPT_BATCH):  # (skipped connections count: the loop always ends)
         try:
             conn, _ = raw.accept()
         except BlockingIOError:
             break
-        except OSError:
+        except OSError as exc:
+            if exc.errno in IGNORABLE_ERRNOS:
+                continue  # (that connection went before it was taken: take the next)
             if out:
                 break  # (these are served; the next round raises it again)
             raise
