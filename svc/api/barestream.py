@@ -49,17 +49,6 @@ class BareStream(SocketWrites):
         self.clock_slot: int | None = None  # (the clock's bookkeeping)
         self.head = b""
 
-    def shrink_send_buffer(self, size: int) -> None:
-        """As ``RawStream.shrink_send_buffer``."""
-        with contextlib.suppress(OSError):
-            self.plain_socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-
-    def abort(self) -> None:
-        """As ``RawStream.abort``: a write waiting on a client that does not read fails."""
-        self.peer_gone = True
-        with contextlib.suppress(OSError):
-            self.plain_socket.shutdown(socket.SHUT_RDWR)
-
     def abort_after(self, seconds: float) -> None:
         self.abort_at = trio.current_time() + seconds
         self._clock.arm(self, self.abort_at)

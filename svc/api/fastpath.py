@@ -141,6 +141,48 @@ class Reply:
     wire: bytes = b""  # the whole response, when written without h11 (``PlainRoutes.quick``)
 
 
+def _request_line(data: bytes) -> tuple[bytes, bytes] | None:
+    """``(method, target)`` of a head whose request line is a GET or HEAD of HTTP/1.1."""
+    parts = data[: data.find(b"\r\n")].split(b" ")
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or parts[0] not in (b"GET", b"HEAD"):
+        return None
+    return parts[0], parts[1]
+
+
+def _simple_request(data: bytes) -> tuple[bytes, bytes] | None:
+    """``(method, target)`` when ``data`` is exactly one simple request head (see
+    ``PlainRoutes.quick``), else None."""
+    if not data.endswith(b"\r\n\r\n") or not _SIMPLE_HEAD.fullmatch(data):
+        return None
+    request = _request_line(data)
+    if request is None:
+        return None
+    host = False
+    for line in data[:-4].split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not _TOKEN.fullmatch(name):
+            return None
+        low = name.lower()
+        if low in _NOT_PLAIN:
+            return None
+        if low == b"content-length" and value.strip() != b"0":
+            return None
+        if low == b"connection" and value.strip().lower() != b"keep-alive":
+            return None
+        host = host or low == b"host"
+    return request if host else None
+
+
+def _locate(target: bytes) -> tuple[str | None, str, str]:
+    """A request target's API version (as written, if any), path without it, and query."""
+    raw_path, _, query = target.decode("latin-1").partition("?")
+    path = unquote(raw_path) if "%" in raw_path else raw_path
+    m = PREFIX_RE.match(path)
+    if m:
+        return m.group(1), m.group(2) or "/", query
+    return None, path, query
+
+
 class PlainRoutes:
     """The plain routes of one app, routed by its URL map."""
 
@@ -154,20 +196,14 @@ class PlainRoutes:
         self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                         for k, v in common_headers]
 
-    def answer(self, method: bytes, target: bytes, streams_only: bool = False) -> Reply | None:
+    def answer(self, method: bytes, target: bytes) -> Reply | None:
         """The response to a bodiless ``method`` (GET or HEAD) of ``target``, or None for
-        the full way (``streams_only``: also for a route that answers no stream). Never
-        raises."""
+        the full way. Never raises."""
         try:
-            raw_path, _, query = target.decode("latin-1").partition("?")
-            path = unquote(raw_path) if "%" in raw_path else raw_path
-            raw_version = None
-            m = PREFIX_RE.match(path)
-            if m:
-                raw_version, path = m.group(1), m.group(2) or "/"
+            raw_version, path, query = _locate(target)
             endpoint, values = self._route(path, method)
             view = self._views.get(endpoint)
-            if view is None or (streams_only and endpoint not in self._streams):
+            if view is None:
                 return None
             answer = view(Plain(resolve(raw_version), args_of(query)), **values)
         except (SvcError, HTTPException, UnicodeError, ValueError):
@@ -182,41 +218,41 @@ class PlainRoutes:
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
 
-    def quick(self, data: bytes, date: bytes, streams_only: bool = False) -> Reply | None:
+    def quick(self, data: bytes, date: bytes) -> Reply | None:
         """The whole response to ``data`` when it is exactly one simple request head (HTTP/1.1,
         GET or HEAD, a Host, no body, no upgrade, nothing but keep-alive for Connection) of a
         plain route that answers; else None, and h11 parses it as usual (and refuses what is
         malformed). This skips h11 and hypercorn's events for the requests clients repeat
         most. ``date`` is the ``Date`` header's value."""
-        if not data.endswith(b"\r\n\r\n") or not _SIMPLE_HEAD.fullmatch(data):
-            return None
-        lines = data[:-4].split(b"\r\n")
-        request_line = lines[0].split(b" ")
-        if len(request_line) != 3 or request_line[2] != b"HTTP/1.1" \
-                or request_line[0] not in (b"GET", b"HEAD"):
-            return None
-        method, target = request_line[0], request_line[1]
-        host = False
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not _TOKEN.fullmatch(name):
-                return None
-            low = name.lower()
-            if low in _NOT_PLAIN:
-                return None
-            if low == b"content-length" and value.strip() != b"0":
-                return None
-            if low == b"connection" and value.strip().lower() != b"keep-alive":
-                return None
-            host = host or low == b"host"
-        reply = self.answer(method, target, streams_only) if host else None
+        request = _simple_request(data)
+        reply = None if request is None else self.answer(*request)
         if reply is None or reply.stream is not None:
             return reply
+        assert request is not None
         head = [b"HTTP/1.1 %d %s" % (reply.status, PHRASES.get(reply.status, b"")),
                 *(b"%s: %s" % pair for pair in reply.headers), b"date: " + date]
         out = b"\r\n".join(head) + b"\r\n\r\n"
-        reply.wire = out if method == b"HEAD" else out + reply.body
+        reply.wire = out if request[0] == b"HEAD" else out + reply.body
         return reply
+
+    def stream(self, data: bytes) -> Reply | None:
+        """The plain stream ``data`` asks for when it is one simple request head (as
+        ``quick``) of a route whose plain view answers with one (served bare,
+        ``svc.api.barestream``); else None. The request line is routed before the head is
+        checked: any other request a connection begins with costs one remembered route."""
+        line = _request_line(data)
+        if line is None:
+            return None
+        try:
+            _, path, _ = _locate(line[1])
+            endpoint, _ = self._route(path, line[0])
+        except (HTTPException, UnicodeError, ValueError):
+            return None
+        if endpoint not in self._streams:
+            return None
+        request = _simple_request(data)
+        reply = None if request is None else self.answer(*request)
+        return reply if reply is not None and reply.stream is not None else None
 
     def _route(self, path: str, method: bytes) -> tuple[str, dict[str, Any]]:
         """The endpoint and path values of ``path`` by the app's URL map, remembered for the

@@ -66,6 +66,29 @@ class SocketWrites(trio.abc.Stream):
     peer_gone = False
     _closed = False
 
+    def shrink_send_buffer(self, size: int) -> None:
+        """A small kernel send buffer (the kernel doubles ``size``) for a stream whose
+        producer must see when the client stops reading (events): a write then blocks after
+        kilobytes, not megabytes, and memory held for a stuck client stays small."""
+        sock = self._transport_socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+    def abort(self) -> None:
+        """Shut the connection down from outside the writer: a write blocked on a client that
+        does not read fails at once (``BrokenResourceError``), under TLS too. Synchronous,
+        so that code with no task of its own (the event bus) can call it."""
+        self.peer_gone = True
+        sock = self._transport_socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _transport_socket(self) -> Any:
+        """The socket under the stream (a TLS stream's too), or None."""
+        return self.plain_socket
+
     async def send_parts(self, parts: list[bytes]) -> None:
         """Send ``parts`` as if joined, without joining them on a plain socket (one
         ``sendmsg`` gathers them); ``trio.BrokenResourceError`` once the client is gone."""
@@ -125,25 +148,6 @@ class RawStream(SocketWrites):
                 return
             except OSError:
                 continue
-
-    def shrink_send_buffer(self, size: int) -> None:
-        """A small kernel send buffer (the kernel doubles ``size``) for a stream whose
-        producer must see when the client stops reading (events): a write then blocks after
-        kilobytes, not megabytes, and memory held for a stuck client stays small."""
-        sock = self._transport_socket()
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-
-    def abort(self) -> None:
-        """Shut the connection down from outside the writer: a write blocked on a client that
-        does not read fails at once (``BrokenResourceError``), under TLS too. Synchronous,
-        so that code with no task of its own (the event bus) can call it."""
-        self.peer_gone = True
-        sock = self._transport_socket()
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
 
     def abort_after(self, seconds: float) -> None:
         """``abort`` the connection ``seconds`` from now, unless the view is done by then

@@ -154,7 +154,7 @@ class Connection(TCPServer):
         if plain is None or not data or OPEN.value > Connection.max_connections \
                 or context.terminated.is_set() or not context.hangups.running:
             return None
-        return plain.quick(data, self.config.response_headers("h11")[0][1], streams_only=True)
+        return plain.stream(data)
 
     async def close_if_idle(self) -> None:
         """At shutdown: close the connection if it is between requests (or before its
