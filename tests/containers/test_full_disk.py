@@ -88,11 +88,41 @@ def _state(c: httpx.Client, cid: str) -> dict[str, Any]:
     return dict(r.json()["State"])
 
 
-def _wait_for(what: str, check: Any, timeout: float = 30) -> None:
+def _wait_for(what: str, check: Any, timeout: float = 30,
+              why: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, f"{what}\n{why()}"
         time.sleep(0.1)
+
+
+def _where_the_space_is(d: FullDiskDaemon) -> str:
+    """What holds the root's space: its biggest files, the mounts under it, files deleted
+    but still open on it (by which process), and the daemon log's tail."""
+    dev = os.stat(d.root).st_dev
+    sizes = []
+    for p in d.root.rglob("*"):
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if st.st_dev == dev and p.is_file():
+            sizes.append((st.st_blocks * 512, str(p.relative_to(d.root))))
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if str(d.root) in line]
+    held = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            target = os.readlink(fd)
+            if target.endswith(" (deleted)") and os.stat(fd).st_dev == dev:
+                comm = (fd.parent.parent / "comm").read_text().strip()
+                held.append(f"{fd} {comm} {target}")
+        except OSError:
+            continue
+    return "\n".join([f"free {_free(d.root)}", "biggest:",
+                      *(f"  {n} {p}" for n, p in sorted(sizes, reverse=True)[:15]),
+                      "mounts:", *mounts, "deleted but open:", *held,
+                      "log tail:", *d.log().splitlines()[-60:]])
 
 
 def _timed(c: httpx.Client, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -165,7 +195,8 @@ def test_stop_kill_rm_and_the_daemon_stop_answer_on_a_full_disk(
     for cid in (ids[0], ids[1], writer):
         assert c.delete(f"/containers/{cid}").status_code == 204
     # (a removed container's files leave the disk in the background: svc.engine.trash)
-    _wait_for("room again", lambda: _free(d.root) > 8 << 20)
+    _wait_for("room again", lambda: _free(d.root) > 8 << 20,
+              why=lambda: _where_the_space_is(d))
     again = _run(c, ["sh", "-c", "echo back; sleep 30"])
     _wait_for("logged again", lambda: b"back" in c.get(
         f"/containers/{again}/logs", params={"stdout": "1"}).content)
