@@ -71,7 +71,8 @@ async def test_five_concurrent_pulls_fetch_each_blob_once(client: httpx.AsyncCli
         assert proxy.blob_gets(digest(blob)) == 1, proxy.requests
     assert proxy.downstream_bytes < sum(map(len, image.layers)) * 1.2
     shown = [layer_statuses(messages(r.text), short(digest(image.layers[0]))) for r in results]
-    assert all("Download complete" in s or s == ["Already exists"] for s in shown), shown
+    # (a pull that finds the layer committed by another after its first look says so)
+    assert all("Download complete" in s or s[-1:] == ["Already exists"] for s in shown), shown
 
 
 async def test_a_client_leaving_cancels_only_its_own(client: httpx.AsyncClient, daemon: Daemon,

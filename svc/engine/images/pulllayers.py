@@ -52,6 +52,19 @@ def short(digest: str) -> str:
     return digest.partition(":")[2][:12]
 
 
+def expected_chains(plans: list[LayerPlan]) -> list[str | None]:
+    """Each layer's chain id, where the config names its diffID and every one below it."""
+    chains: list[str | None] = []
+    parent: str | None = None
+    for plan in plans:
+        if plan.diff_id is None or (chains and parent is None):
+            parent = None
+        else:
+            parent = chain_id_of(parent, plan.diff_id)
+        chains.append(parent)
+    return chains
+
+
 class _Stopped(Exception):
     """Raised in an unpacking thread whose pull was cancelled."""
 
@@ -103,16 +116,20 @@ class LayerPuller:
     def existing_prefix(self, plans: list[LayerPlan]) -> list[str]:
         """The chain ids of the leading layers the store already has (pinned)."""
         chain: list[str] = []
-        for plan in plans:
-            if plan.diff_id is None:
+        for expected in expected_chains(plans):
+            if expected is None or not self.take_existing(expected):
                 break
-            chain_id = chain_id_of(chain[-1] if chain else None, plan.diff_id)
-            if self.images.layers.get(chain_id) is None:
-                break
-            chain.append(chain_id)
-        self.images.pin(chain)
-        self.pinned += chain
+            chain.append(expected)
         return chain
+
+    def take_existing(self, chain_id: str) -> bool:
+        """Pin the layer ``chain_id`` if the store has it. Synchronous, so that no commit or
+        delete of another task comes between the look and the pin."""
+        if self.images.layers.get(chain_id) is None:
+            return False
+        self.images.pin([chain_id])
+        self.pinned.append(chain_id)
+        return True
 
     async def run(self, plans: list[LayerPlan]) -> tuple[list[str], list[str]]:
         """Pull the layers; returns their diffIDs and chain ids, base first.
@@ -135,28 +152,40 @@ class LayerPuller:
         committed = [trio.Event() for _ in plans]
         for i in range(len(existing)):
             committed[i].set()
+        expected = expected_chains(plans)
         async with trio.open_nursery() as nursery:
             for i in range(len(existing), len(plans)):
-                nursery.start_soon(self.layer, i, plans[i], diff_ids, chain, committed)
+                nursery.start_soon(self.layer, i, plans[i], expected[i], diff_ids, chain,
+                                   committed)
         return diff_ids, chain
 
-    async def layer(self, i: int, plan: LayerPlan, diff_ids: list[str], chain: list[str],
-                    committed: list[trio.Event]) -> None:
+    async def layer(self, i: int, plan: LayerPlan, expected: str | None, diff_ids: list[str],
+                    chain: list[str], committed: list[trio.Event]) -> None:
+        """Pull layer ``i``, or take it from the store if a concurrent pull committed it since
+        ``existing_prefix`` looked (``expected``: its chain id, when the config names every
+        diffID up to it)."""
         ident = short(plan.digest)
+        if expected is not None and self.take_existing(expected):
+            diff_ids[i], chain[i] = plan.diff_id or "", expected
+            committed[i].set()
+            await self.status(ident, "Already exists")
+            return
+        # The download is held until the layer is committed: a pull that does not find the
+        # layer in the store before then joins it, and never fetches the blob again.
         async with self.downloads.use(self.source, plan.digest, plan.size) as download:
             path = await self.watch_download(ident, download)
             staged = await self.unpack(ident, path)
-        try:
-            if plan.diff_id is not None and staged.diff_id != plan.diff_id:
-                raise DigestMismatch(f"filesystem layer verification failed for digest "
-                                     f"{plan.digest}: its content is {staged.diff_id}, the "
-                                     f"image config says {plan.diff_id}")
-            if i > 0:
-                await committed[i - 1].wait()
-            chain[i] = await self.commit(staged, chain[i - 1] if i else None)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.images.layers.discard, staged)
+            try:
+                if plan.diff_id is not None and staged.diff_id != plan.diff_id:
+                    raise DigestMismatch(f"filesystem layer verification failed for digest "
+                                         f"{plan.digest}: its content is {staged.diff_id}, "
+                                         f"the image config says {plan.diff_id}")
+                if i > 0:
+                    await committed[i - 1].wait()
+                chain[i] = await self.commit(staged, chain[i - 1] if i else None)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.images.layers.discard, staged)
         diff_ids[i] = staged.diff_id
         committed[i].set()
         await self.status(ident, "Pull complete")
