@@ -20,6 +20,7 @@ from tests.conftest import http_client
 from tests.runtime.conftest import skip_reason
 from tests.support import images as timg
 from tests.support.daemon import Daemon
+from tests.support.descriptors import files_open
 
 NAME = "trash/many:latest"
 FILES = 9000
@@ -105,6 +106,8 @@ async def test_rmi_and_rm_answer_then_delete_in_the_background(spawn, image_tar)
         assert r.status_code == 204
         assert (await c.get(f"/containers/{cid}/json")).status_code == 404
         assert not (d.root / "containers" / cid).exists()  # gone from its place at once
+        # and nothing of it is held open: its log leaves the disk with its name
+        assert files_open(d, cid) == []
 
         r = await c.delete(f"/images/{NAME}")
         assert r.status_code == 200, r.text

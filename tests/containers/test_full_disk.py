@@ -22,6 +22,7 @@ import pytest
 from tests.runtime.conftest import skip_reason
 from tests.support import images as timg
 from tests.support.daemon import Daemon, with_busybox
+from tests.support.descriptors import files_open
 
 SIZE = "48m"
 NOISY = ["sh", "-c", "while :; do echo 0123456789012345678901234567890123456789012345678901234"
@@ -194,6 +195,8 @@ def test_stop_kill_rm_and_the_daemon_stop_answer_on_a_full_disk(
     filler.unlink()
     for cid in (ids[0], ids[1], writer):
         assert c.delete(f"/containers/{cid}").status_code == 204
+    for cid in (*ids, writer):  # their logs are held open by no one: they leave with the names
+        assert files_open(d, cid) == []
     # (a removed container's files leave the disk in the background: svc.engine.trash)
     _wait_for("room again", lambda: _free(d.root) > 8 << 20,
               why=lambda: _where_the_space_is(d))

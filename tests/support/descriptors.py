@@ -1,4 +1,5 @@
-"""A daemon's open descriptors, counted from /proc, for tests that its connections close."""
+"""A daemon's open descriptors, from /proc: for tests that its connections close and that
+it lets go of what it removed."""
 
 from __future__ import annotations
 
@@ -8,10 +9,26 @@ import time
 from tests.support.daemon import Daemon
 
 
-def fds(d: Daemon) -> int:
+def _pid(d: Daemon) -> int:
     assert d.proc is not None
-    pid = int(d.pidfile.read_text()) if d.pidfile.exists() else d.proc.pid
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    return int(d.pidfile.read_text()) if d.pidfile.exists() else d.proc.pid
+
+
+def fds(d: Daemon) -> int:
+    return len(os.listdir(f"/proc/{_pid(d)}/fd"))
+
+
+def files_open(d: Daemon, containing: str) -> list[str]:
+    """The files the daemon holds open whose path contains ``containing`` (deleted or not)."""
+    found = []
+    for fd in os.listdir(f"/proc/{_pid(d)}/fd"):
+        try:
+            target = os.readlink(f"/proc/{_pid(d)}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        if containing in target:
+            found.append(target)
+    return found
 
 
 def quiet_fds(d: Daemon, quiet: float = 0.3, timeout: float = 5.0) -> int:

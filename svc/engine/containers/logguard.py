@@ -82,7 +82,7 @@ class GuardedLog:
 
     def _failed(self, exc: OSError) -> None:
         if self.failing is None:
-            self.failing = exc
+            self.failing = exc.with_traceback(None)  # its frames would hold this guard
             what = "its output waits" if self.block else "its output is dropped"
             self._report("its log cannot be written (%s): %s until there is room",
                          exc.strerror or exc, what)

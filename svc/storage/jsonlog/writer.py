@@ -18,6 +18,7 @@ import os
 import time
 import weakref
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -130,6 +131,8 @@ class JsonLogWriter:
         self._last_time: str | None = None
         self._fd = -1
         self._size = self._flushed = 0
+        self._ref: LogFileRef | None = None
+        self._closed_ref: Callable[[], LogFileRef | None] = lambda: None
         if self.compress:
             self._finish_compression()
         self._open(truncate=False)
@@ -144,8 +147,16 @@ class JsonLogWriter:
         return self._fd < 0
 
     def position(self) -> tuple[LogFileRef, int]:
-        """The live file and the end of its last whole record: where the next write goes."""
-        return self._ref, self._size
+        """The live file and the end of its last whole record: where the next write goes.
+
+        After :meth:`close` the writer no longer holds its file open (a removed container's
+        log must leave the disk with its name, whoever still holds the writer): the file
+        is the reference a reader still holds, else it is opened again."""
+        ref = self._ref if self._ref is not None else self._closed_ref()
+        if ref is None:
+            ref = LogFileRef(self.path)
+            self._closed_ref = weakref.ref(ref)
+        return ref, self._size
 
     def pending(self) -> tuple[bytes, bytes]:
         """The unfinished last line of stdout and of stderr, not in the file yet."""
@@ -249,6 +260,9 @@ class JsonLogWriter:
                 start_writeback(self._fd, self._flushed, 0)
             os.close(self._fd)
             self._fd = -1
+            if self._ref is not None:
+                self._closed_ref = weakref.ref(self._ref)
+                self._ref = None
 
     def __enter__(self) -> JsonLogWriter:
         return self
