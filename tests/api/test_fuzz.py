@@ -74,6 +74,10 @@ async def _raw_garbage(d: Daemon, head_timeout: float) -> list[str]:
         except TimeoutError:
             failures.append(f"{label}: neither answered nor closed")
             return
+        except OSError as exc:  # no socket to connect to: the daemon went
+            assert d.proc is not None
+            failures.append(f"{label}: {exc!r} (svcd exit status {d.proc.poll()})")
+            return
         if out and not re.match(rb"HTTP/1\.1 (4\d\d|505) ", out) and not (
                 label.startswith("random") and re.match(rb"HTTP/1\.1 [2-4]\d\d ", out)):
             failures.append(f"{label}: {out[:60]!r}")
@@ -166,7 +170,8 @@ async def test_fuzz_every_endpoint(spawn) -> None:  # type: ignore[no-untyped-de
             await c.delete(f"/containers/{item['Id']}", params={"force": "1", "v": "1"})
     errors = [line for line in d.log().splitlines() if " ERROR " in line][:20]
     assert bad == [], f"{len(bad)} failures (seed {fuzz.SEED}): {bad[:20]}\n" + "\n".join(errors)
-    assert garbage == [], garbage
+    assert garbage == [], "\n".join([*garbage[:20], "svcd's log ends:",
+                                      *d.log().splitlines()[-40:]])
     assert after - before < RSS_GROWTH_MAX, (before >> 20, after >> 20)
     log = d.log()
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:][:6000]
