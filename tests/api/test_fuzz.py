@@ -159,6 +159,8 @@ async def test_fuzz_every_endpoint(spawn) -> None:  # type: ignore[no-untyped-de
     bad = await fuzz.fuzz_requests(d.sock, ids, routes)
     t1 = time.monotonic()
     garbage = await _raw_garbage(d, head_timeout)
+    assert d.proc.poll() is None, "\n".join([f"svcd exited ({d.proc.poll()}):", *garbage[:20],
+                                             *d.log().splitlines()[-60:]])
     async with http_client(d.sock) as c:
         bad += await _hostile_registry_names(c)
     print(f"requests {t1 - t0:.1f}s, raw {time.monotonic() - t1:.1f}s")
