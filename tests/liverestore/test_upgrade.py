@@ -58,6 +58,18 @@ def _upgrade(old: Daemon, lr: Daemon) -> None:
     lr.start()
     assert inspect(lr, "counter", "{{.State.Status}} {{.State.Pid}}") == f"running {pid}"
     logged = [n for _, n in _numbers(lr, "counter")]
-    assert logged == list(range(len(logged)))
+    assert _none_lost(logged), logged
     cli(lr, "stop", "-t", "1", "counter")
     assert inspect(lr, "counter", "{{.State.ExitCode}}") == "137"
+
+
+def _none_lost(logged: list[int]) -> bool:
+    """0, 1, 2, ... with nothing lost; one line may come twice, right after itself.
+
+    The older build follows conmon's log file and writes its cursor after each batch of the
+    json-file writer's writes: killed between the two, its last line is read again by the
+    next daemon (CI saw ``..., 5, 6, 6, 7, ...`` once in many runs; this build's conmon
+    path narrows that window to microseconds, ``engine/containers/monitored.py``). The
+    svc-shim containers this build runs have none (``test_kill_cycles``)."""
+    seen = [n for i, n in enumerate(logged) if i == 0 or n != logged[i - 1]]
+    return seen == list(range(len(seen))) and len(logged) - len(seen) <= 1
