@@ -113,13 +113,14 @@ class LayerPuller:
                               "progressDetail": {"current": current, "total": total},
                               "progress": bar(current, total, start)})
 
-    def existing_prefix(self, plans: list[LayerPlan]) -> list[str]:
-        """The chain ids of the leading layers the store already has (pinned)."""
+    def existing_prefix(self, expected: list[str | None]) -> list[str]:
+        """The chain ids of the leading layers the store already has (pinned), of the
+        ``expected_chains`` of the plans."""
         chain: list[str] = []
-        for expected in expected_chains(plans):
-            if expected is None or not self.take_existing(expected):
+        for expected_id in expected:
+            if expected_id is None or not self.take_existing(expected_id):
                 break
-            chain.append(expected)
+            chain.append(expected_id)
         return chain
 
     def take_existing(self, chain_id: str) -> bool:
@@ -138,7 +139,8 @@ class LayerPuller:
             DigestMismatch: a blob, or a layer's content, is not what the manifest says.
             RegistryError: as the registry answers.
         """
-        existing = self.existing_prefix(plans)
+        expected = expected_chains(plans)
+        existing = self.existing_prefix(expected)
         announced: set[str] = set()
         for i, plan in enumerate(plans):
             ident = short(plan.digest)
@@ -152,7 +154,6 @@ class LayerPuller:
         committed = [trio.Event() for _ in plans]
         for i in range(len(existing)):
             committed[i].set()
-        expected = expected_chains(plans)
         async with trio.open_nursery() as nursery:
             for i in range(len(existing), len(plans)):
                 nursery.start_soon(self.layer, i, plans[i], expected[i], diff_ids, chain,
