@@ -48,6 +48,7 @@ from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches, reap_orphans
 from svc.runtime.shim.launch import Shim
+from svc.storage.atomic import DirSyncs
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
@@ -275,9 +276,19 @@ class Engine:
             await trio.to_thread.run_sync(self.store.put, collection, oid, record)
 
     async def delete_record(self, collection: str, oid: str) -> bool:
-        """Remove a record durably; False if there was none. Shielded like ``save_record``."""
+        """Remove a record durably; False if there was none. Shielded like ``save_record``.
+
+        The record is renamed into the trash, and the two directories fsynced at once
+        (``DirSyncs``): an unlink on the request's path waited up to 11 ms under CPU
+        contention, where a rename does not."""
+        def delete() -> bool:
+            syncs = DirSyncs()
+            existed = self.store.delete(collection, oid, syncs, self.trash)
+            syncs.flush()
+            return existed
+
         with trio.CancelScope(shield=True):
-            existed = await trio.to_thread.run_sync(self.store.delete, collection, oid)
+            existed = await trio.to_thread.run_sync(delete)
         return existed
 
     # -- system ---------------------------------------------------------------------------

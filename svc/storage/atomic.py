@@ -3,6 +3,14 @@
 After ``atomic_write`` returns, the new content survives a crash or SIGKILL; before it returns, a
 reader sees either the old file or the new one, never a mix. A temp file left by a crash is named
 ``.<name>.tmp-*`` and is removed by ``remove_stale_temps``.
+
+A step that changes several directories (``rmi``: the names, the image record, its config, its
+layers and the trash) can hand them a ``DirSyncs``: each change then leaves its directory's fsync
+to ``DirSyncs.flush`` at the end, which fsyncs them all at once, in parallel threads. Each fsync
+of a directory is a synchronous write (a journal commit, or on ext4 without a journal the
+directory's own blocks), and under CPU contention each wait for one costs ~3.5 ms more: the
+process's wake-up waits for a busy core. Five in a row cost 18 ms under two CPU burners on
+this machine, five at once 0.75 ms (0.6 and 0.86 ms idle).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import contextlib
 import itertools
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 TEMP_MARK = ".tmp-"
@@ -25,12 +34,65 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+_SYNC_THREADS = 4
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="svc-dirsync")
+        return _pool
+
+
+class DirSyncs:
+    """Directories whose fsync a multi-step change defers to its end (see the module's
+    docstring). Not thread-safe: one per change, used by one thread."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[Path, None] = {}
+
+    def add(self, directory: Path) -> None:
+        self._dirs.setdefault(directory)
+
+    def flush(self) -> None:
+        """fsync every directory added, all at once (the first in this thread, the others
+        in a small shared pool), and forget them; returns when all are done. Nothing is
+        durable before the end: the directories reach the disk in any order.
+
+        Raises:
+            OSError: the first fsync that failed (after all of them ended).
+        """
+        dirs, self._dirs = list(self._dirs), {}
+        if not dirs:
+            return
+        others = [_sync_pool().submit(fsync_dir, d) for d in dirs[1:]]
+        try:
+            fsync_dir(dirs[0])
+        finally:
+            wait(others)
+        for done in others:
+            done.result()
+
+
+def _sync_dir(directory: Path, syncs: DirSyncs | None) -> None:
+    if syncs is None:
+        fsync_dir(directory)
+    else:
+        syncs.add(directory)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True,
+                 syncs: DirSyncs | None = None) -> None:
     """Replace ``path`` with ``data`` (blocking: call it from a worker thread).
 
     Readers see the old or the new content, never a mix. ``durable`` also fsyncs the file and
     its directory, so the new content survives a power loss; files regenerated on every use
-    (a container's /etc/hosts, its OCI bundle) skip that.
+    (a container's /etc/hosts, its OCI bundle) skip that. With ``syncs`` the file is still
+    fsynced before the rename (a crash never finds it empty under its name), and the
+    directory's fsync is left to ``syncs.flush()``: until then the rename may be lost.
     """
     # Unique per call: concurrent writers of one record must not share a temp file.
     unique = f"{os.getpid()}-{threading.get_ident()}-{next(_counter)}"
@@ -51,16 +113,17 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
     os.close(fd)
     os.replace(tmp, path)
     if durable:
-        fsync_dir(path.parent)
+        _sync_dir(path.parent, syncs)
 
 
-def atomic_remove(path: Path) -> bool:
-    """Remove ``path`` durably; False when it did not exist."""
+def atomic_remove(path: Path, syncs: DirSyncs | None = None) -> bool:
+    """Remove ``path`` durably (with ``syncs``: once ``syncs.flush()`` returns); False when it
+    did not exist."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    _sync_dir(path.parent, syncs)
     return True
 
 

@@ -14,7 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from svc.storage.atomic import atomic_remove, atomic_write, remove_stale_temps
+from svc.storage.atomic import DirSyncs, atomic_remove, atomic_write, remove_stale_temps
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.images")
 
@@ -50,8 +51,14 @@ class ConfigStore:
     def get(self, image_id: str) -> bytes:
         return self._path(image_id).read_bytes()
 
-    def delete(self, image_id: str) -> None:
-        atomic_remove(self._path(image_id))
+    def delete(self, image_id: str, syncs: DirSyncs | None = None,
+               trash: Trash | None = None) -> None:
+        """Remove a config durably (with ``syncs``: once it is flushed); with ``trash`` by a
+        rename into it (as ``ObjectStore.delete``)."""
+        if trash is not None:
+            trash.throw([self._path(image_id)], syncs=syncs)
+        else:
+            atomic_remove(self._path(image_id), syncs)
 
     def load_all(self) -> dict[str, bytes]:
         """Every stored config that verifies against its name."""

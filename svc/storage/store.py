@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from svc.storage.atomic import atomic_remove, atomic_write, remove_stale_temps
+from svc.storage.atomic import DirSyncs, atomic_remove, atomic_write, remove_stale_temps
+from svc.storage.trash import Trash
 
 log = logging.getLogger("svc.store")
 
@@ -60,8 +61,15 @@ class ObjectStore:
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode() + b"\n"
         atomic_write(self._path(collection, oid), data)
 
-    def delete(self, collection: str, oid: str) -> bool:
-        return atomic_remove(self._path(collection, oid))
+    def delete(self, collection: str, oid: str, syncs: DirSyncs | None = None,
+               trash: Trash | None = None) -> bool:
+        """Remove a record durably (with ``syncs``: once it is flushed); False if none. With
+        ``trash`` it is renamed into it rather than unlinked: a rename frees no blocks on the
+        caller's path (see ``LayerStore.delete``)."""
+        path = self._path(collection, oid)
+        if trash is not None:
+            return bool(trash.throw([path], syncs=syncs))
+        return atomic_remove(path, syncs)
 
     def ids_on_disk(self, collection: str) -> set[str]:
         """Every id with a file in ``collection``: its records, good or moved aside as

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from svc.storage.atomic import fsync_dir
+from svc.storage.atomic import DirSyncs, fsync_dir
 from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.storage.trash")
@@ -74,7 +74,7 @@ class Trash:
             return Pending(len(self._sizes), sum(self._sizes.values()))
 
     def throw(self, trees: Sequence[Path], sizes: Sequence[int] = (), *,
-              durable: bool = True) -> list[str]:
+              durable: bool = True, syncs: DirSyncs | None = None) -> list[str]:
         """Move ``trees`` into the trash, durably; returns their names there.
 
         Each tree is renamed to a unique name; then the trash directory and each tree's old
@@ -84,7 +84,7 @@ class Trash:
         gone: a directory without a record is swept at start). A tree that does not exist
         is skipped; one on another file system (``EXDEV``) is deleted on the spot, as before
         the trash existed. ``sizes``: bytes known to be in each tree (for ``pending``;
-        missing ones count 0).
+        missing ones count 0). With ``syncs`` the fsyncs are left to ``syncs.flush()``.
 
         Cancellation: blocking. A crash before the fsyncs leaves each tree under its old name
         or in the trash, never both and never half-renamed.
@@ -109,9 +109,11 @@ class Trash:
         if not thrown:
             return []
         if durable:
-            fsync_dir(self.path)
-            for parent in parents:
-                fsync_dir(parent)
+            for directory in (self.path, *parents):
+                if syncs is None:
+                    fsync_dir(directory)
+                else:
+                    syncs.add(directory)
         with self._lock:
             self._sizes.update(thrown)
         self.notify()

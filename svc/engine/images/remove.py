@@ -38,18 +38,17 @@ async def _remove_by_name(svc: ImageService, image: Image, name: str, *, force: 
     if use is not None and len(svc.refs_of(image.id)) == 1 and not force:
         raise Conflict(f'conflict: unable to remove repository reference "{key}" (must force) '
                        f"- container {use[0][:12]} is using its referenced image {image.short}")
-    report = [{"Untagged": key}]
-    await svc.drop_ref(image, key)
+    untagged = [key]
+    svc.forget_ref(key)
     # A removed tag takes the digest names of its repository along when only digest names
     # are left in that repository (dockerd does).
     same_repo = [r for r in svc.refs_of(image.id) if _repo_of(r) == ref.familiar_name]
     if same_repo and all("@" in r for r in same_repo):
         for r in same_repo:
-            await svc.drop_ref(image, r)
-            report.append({"Untagged": r})
-    if svc.refs_of(image.id) or svc.children(image.id) or use is not None:
-        return report
-    return report + await _delete(svc, image, noprune)
+            svc.forget_ref(r)
+            untagged.append(r)
+    keep = bool(svc.refs_of(image.id) or svc.children(image.id) or use is not None)
+    return await _commit(svc, image, untagged, delete=not keep, noprune=noprune)
 
 
 async def _remove_by_id(svc: ImageService, image: Image, *, force: bool,
@@ -67,15 +66,19 @@ async def _remove_by_id(svc: ImageService, image: Image, *, force: bool,
         state = "running" if use[1] else "stopped"
         raise Conflict(f"conflict: unable to delete {image.short} ({how}) - image is being "
                        f"used by {state} container {use[0][:12]}")
-    report = []
     for r in refs:
-        await svc.drop_ref(image, r)
-        report.append({"Untagged": r})
-    return report + await _delete(svc, image, noprune)
+        svc.forget_ref(r)
+    return await _commit(svc, image, refs, delete=True, noprune=noprune)
 
 
-async def _delete(svc: ImageService, image: Image, noprune: bool) -> list[dict[str, str]]:
-    report = await svc.delete_image(image)
+async def _commit(svc: ImageService, image: Image, untagged: list[str], *, delete: bool,
+                  noprune: bool) -> list[dict[str, str]]:
+    """The names and (``delete``) the image gone in one durable step; then the untagged
+    parents nothing else holds, unless ``noprune``."""
+    report = [{"Untagged": r} for r in untagged]
+    report += await svc.remove(image, untagged, delete=delete)
+    if not delete:
+        return report
     parent = svc.images.get(image.parent) if image.parent else None
     while (not noprune and parent is not None and not svc.refs_of(parent.id)
            and not svc.children(parent.id) and svc.container_use(parent.id) is None):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from svc.storage.layers import LayerStore
+from svc.storage.layers import GONE_LINK, LayerStore
 from svc.storage.trash import Pending, Trash
 from tests.unit.support_layers import directory, file, tar
 
@@ -134,6 +134,9 @@ def test_layer_delete_throws_and_the_chain_id_can_come_back_at_once(tmp_path: Pa
     assert s.list() == [] and len(t.entries()) == 2
     assert t.pending().bytes_known == base.size + top.size
     assert sorted(os.listdir(s.root)) == ["l"] and os.listdir(s.root / "l") == []
+    # each short link went along with its layer (a rename: nothing unlinked on the way)
+    links = sorted(os.readlink(t.path / n / GONE_LINK) for n in t.entries())
+    assert links == sorted(f"../{i.chain_id.removeprefix('sha256:')}/diff" for i in (base, top))
     again = s.register(io.BytesIO(BASE), None)  # the old copy still in the trash
     assert again.chain_id == base.chain_id
     assert (s.diff_dir(again.chain_id) / "etc" / "os-release").read_bytes() == b"svc\n"
