@@ -24,6 +24,7 @@ from pathlib import Path
 import trio
 from hypercorn.utils import wrap_app
 
+from svc import sched
 from svc.api import hijack, limits
 from svc.api.app import create_app
 from svc.api.server import (
@@ -176,6 +177,9 @@ def run_daemon(config: DaemonConfig,
             listeners = open_listeners(config)
         except (ServerSetupError, OSError) as exc:
             raise DaemonError(str(exc)) from None
+        if sched.prefer_short_slice():  # the event loop's thread: see svc/sched.py
+            log.debug("the event loop's thread runs with a %d us scheduler slice",
+                      sched.SLICE_NS // 1000)
         try:
             trio.run(_serve, config, engine, listeners, extensions)
         finally:

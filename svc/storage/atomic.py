@@ -22,11 +22,26 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
+from svc.sched import prefer_short_slice
+
 TEMP_MARK = ".tmp-"
 _counter = itertools.count()
 
 
+_thread = threading.local()
+
+
+def _waits_for_disk() -> None:
+    """The calling thread is about to wait for the disk, with a request waiting for it: it
+    asks (once) for the short slice of ``svc.sched``, so that its wake-up after the write
+    does not wait for a busy core (each did, ~3.5 ms under two CPU burners)."""
+    if not getattr(_thread, "short_slice", False):
+        _thread.short_slice = True
+        prefer_short_slice()
+
+
 def fsync_dir(path: Path) -> None:
+    _waits_for_disk()
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -104,6 +119,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
             written = os.write(fd, view)
             view = view[written:]
         if durable:
+            _waits_for_disk()
             os.fsync(fd)
     except BaseException:
         os.close(fd)
