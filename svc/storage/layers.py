@@ -55,6 +55,7 @@ log = logging.getLogger("svc.storage.layers")
 
 GONE_LINK = ".link-removed"  # a removed layer's short link, in its directory in the trash
 
+
 @dataclass
 class StagedLayer:
     """A layer unpacked into a temp dir, not yet in the store: ``commit`` or ``discard`` it."""

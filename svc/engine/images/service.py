@@ -8,6 +8,7 @@ Mutations hold ``lock`` and run their disk work in worker threads; queries are i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -309,12 +310,17 @@ class ImageService:
 
     async def _delete_unused(self, candidates: list[str]) -> list[str]:
         """Delete the ``candidates`` (children before parents) no image uses or pins, in one
-        step (their files go to the trash: this takes two fsyncs, not a walk)."""
+        step (their files go to the trash: two fsyncs at once, not a walk)."""
+        def delete(gone: list[str]) -> None:
+            syncs = DirSyncs()
+            self.layers.delete(*gone, syncs=syncs)
+            syncs.flush()
+
         with trio.CancelScope(shield=True):
             async with self.layer_lock:
                 gone = self._unused(candidates)
                 if gone:
-                    await trio.to_thread.run_sync(lambda: self.layers.delete(*gone))
+                    await trio.to_thread.run_sync(delete, gone)
         return gone
 
     def _unused(self, candidates: list[str]) -> list[str]:
@@ -353,7 +359,8 @@ class ImageService:
             hooks.append(self.on_delete(image))
         gone: list[str] = []
         with trio.CancelScope(shield=True):
-            async with self.layer_lock:
+            # (an untag alone takes no layer lock: a layer's commit never holds it up)
+            async with self.layer_lock if delete else contextlib.nullcontext():
                 if delete:
                     gone = self._unused(list(reversed(image.chain)))
 
@@ -365,8 +372,8 @@ class ImageService:
                         self.configs.delete(image.id, syncs, self.trash)
                         if gone:
                             self.layers.delete(*gone, syncs=syncs)
-                    if names is not None:  # its temp file's fsync: the changes above too
-                        self.refstore.save(*names, syncs=syncs)
+                    if names is not None:  # (on a journaling file system, its temp
+                        self.refstore.save(*names, syncs=syncs)  # file's fsync commits all)
                     syncs.flush()
                     for hook in hooks:
                         _best_effort(hook)
