@@ -48,7 +48,6 @@ from svc.runtime.process import host_capabilities, set_subreaper
 from svc.runtime.protocol import Runtime
 from svc.runtime.reaper import Launches, reap_orphans
 from svc.runtime.shim.launch import Shim
-from svc.storage.atomic import DirSyncs
 from svc.storage.eventlog import EventLog
 from svc.storage.lock import RootLock
 from svc.storage.store import COLLECTIONS, ObjectStore
@@ -278,17 +277,12 @@ class Engine:
     async def delete_record(self, collection: str, oid: str) -> bool:
         """Remove a record durably; False if there was none. Shielded like ``save_record``.
 
-        The record is renamed into the trash, and the two directories fsynced at once
-        (``DirSyncs``): an unlink on the request's path waited up to 11 ms under CPU
-        contention, where a rename does not."""
-        def delete() -> bool:
-            syncs = DirSyncs()
-            existed = self.store.delete(collection, oid, syncs, self.trash)
-            syncs.flush()
-            return existed
-
+        The record is renamed into the trash (its two directories fsynced at once): an
+        unlink on the request's path waited up to 11 ms under CPU contention, where a rename
+        does not."""
         with trio.CancelScope(shield=True):
-            existed = await trio.to_thread.run_sync(delete)
+            existed = await trio.to_thread.run_sync(
+                lambda: self.store.delete(collection, oid, trash=self.trash))
         return existed
 
     # -- system ---------------------------------------------------------------------------

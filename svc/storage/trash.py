@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from svc.storage.atomic import DirSyncs, fsync_dir
+from svc.storage.atomic import DirSyncs
 from svc.storage.fsutil import remove_tree
 
 log = logging.getLogger("svc.storage.trash")
@@ -108,12 +108,12 @@ class Trash:
             parents.add(tree.parent)
         if not thrown:
             return []
-        if durable:
+        if durable:  # (fsynced at once: ``DirSyncs``, this call's own without ``syncs``)
+            deferred = syncs if syncs is not None else DirSyncs()
             for directory in (self.path, *parents):
-                if syncs is None:
-                    fsync_dir(directory)
-                else:
-                    syncs.add(directory)
+                deferred.add(directory)
+            if syncs is None:
+                deferred.flush()
         with self._lock:
             self._sizes.update(thrown)
         self.notify()

@@ -311,16 +311,11 @@ class ImageService:
     async def _delete_unused(self, candidates: list[str]) -> list[str]:
         """Delete the ``candidates`` (children before parents) no image uses or pins, in one
         step (their files go to the trash: two fsyncs at once, not a walk)."""
-        def delete(gone: list[str]) -> None:
-            syncs = DirSyncs()
-            self.layers.delete(*gone, syncs=syncs)
-            syncs.flush()
-
         with trio.CancelScope(shield=True):
             async with self.layer_lock:
                 gone = self._unused(candidates)
                 if gone:
-                    await trio.to_thread.run_sync(delete, gone)
+                    await trio.to_thread.run_sync(lambda: self.layers.delete(*gone))
         return gone
 
     def _unused(self, candidates: list[str]) -> list[str]:

@@ -111,7 +111,7 @@ def test_undurable_throws_skip_the_fsyncs(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     t = trash_at(tmp_path)
     synced: list[Path] = []
-    monkeypatch.setattr("svc.storage.trash.fsync_dir", synced.append)
+    monkeypatch.setattr("svc.storage.atomic.fsync_dir", synced.append)  # (DirSyncs.flush)
     t.throw([tree(tmp_path / "a")], durable=False)
     assert synced == []
     t.throw([tree(tmp_path / "p" / "b"), tree(tmp_path / "p" / "c")])
