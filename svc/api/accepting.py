@@ -48,6 +48,7 @@ IGNORABLE_ERRNOS = frozenset(getattr(errno, name) for name in (
     "EOPNOTSUPP", "ENETUNREACH", "ENOSR", "ESOCKTNOSUPPORT", "EPROTONOSUPPORT", "ETIMEDOUT",
     "ECONNRESET", "EPERM") if hasattr(errno, name))
 ACCEPT_BATCH = 64  # connections accepted in a row before others get the loop
+FIRST_READ = 64 * 1024  # a connection's first read, at accept (a request head fits)
 REPORT_SECONDS = 10.0  # how often a long shortage is reported again
 _REFUSAL_BODY = b"503 Service Unavailable: out of file descriptors\n"
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -131,12 +132,12 @@ async def _accept_one(listener: Any) -> list[Any]:
     return [await listener.accept()]
 
 
-async def _accept_waiting(raw: socket.socket) -> list[trio.SocketStream]:
+async def _accept_waiting(raw: socket.socket) -> list[socket.socket]:
     """The connections waiting on the plain listening socket ``raw`` (non-blocking, trio's),
-    once there is one: accepted in a row, without trio's checkpoint per accept. Raises
-    ``OSError`` only when not one could be accepted."""
+    once there is one: accepted in a row, without trio's checkpoint per accept, and made
+    non-blocking. Raises ``OSError`` only when not one could be accepted."""
     await trio.lowlevel.wait_readable(raw)
-    out: list[trio.SocketStream] = []
+    out: list[socket.socket] = []
     for _ in range(ACCEPT_BATCH):  # (skipped connections count: the loop always ends)
         try:
             conn, _ = raw.accept()
@@ -148,22 +149,32 @@ async def _accept_waiting(raw: socket.socket) -> list[trio.SocketStream]:
             if out:
                 break  # (these are served; the next round raises it again)
             raise
-        out.append(trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+        conn.setblocking(False)
+        out.append(conn)
     return out
 
 
-async def accept_loop(listener: Any, handler: Callable[[Any], Awaitable[None]],
-                      nursery: trio.Nursery, raw: socket.socket | None) -> None:
+Handler = Callable[[Any, "bytes | None"], Awaitable[None]]
+Offer = Callable[[socket.socket, bytes], bool]
+
+
+async def accept_loop(listener: Any, handler: Handler, nursery: trio.Nursery,
+                      raw: socket.socket | None, offer: Offer | None = None) -> None:
     """Accept connections on ``listener`` (``raw``: its socket, when it is plain) and serve
-    each with ``handler`` in ``nursery``, until cancelled."""
+    each with ``handler(stream, first)`` in ``nursery``, until cancelled.
+
+    A plain connection's first bytes are read at once (``first``: None when none had come
+    yet) and ``offer``ed first: a connection it takes needs no task (``svc.api.taskless``)."""
     plain = raw is not None
     reserve = _Reserve()
     try:
         async with listener:
             while True:
                 try:
-                    streams = await (_accept_one(listener) if raw is None
-                                     else _accept_waiting(raw))
+                    if raw is None:
+                        streams = await _accept_one(listener)
+                    else:
+                        socks = await _accept_waiting(raw)
                 except OSError as exc:
                     if exc.errno not in CAPACITY_ERRNOS:
                         raise
@@ -173,15 +184,34 @@ async def accept_loop(listener: Any, handler: Callable[[Any], Awaitable[None]],
                     continue
                 reserve.recovered()
                 reserve.take()
-                for stream in streams:
-                    nursery.start_soon(_run_handler, stream, handler)
+                if raw is None:
+                    for stream in streams:
+                        nursery.start_soon(_run_handler, stream, handler, None)
+                    continue
+                for sock in socks:
+                    first = read_now(sock)
+                    if first and offer is not None and offer(sock, first):
+                        continue
+                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+                    nursery.start_soon(_run_handler, stream, handler, first)
     finally:
         reserve.release()
 
 
-async def _run_handler(stream: Any, handler: Callable[[Any], Awaitable[None]]) -> None:
+def read_now(sock: socket.socket) -> bytes | None:
+    """What the client of the non-blocking socket ``sock`` has sent so far: None when
+    nothing yet, ``b""`` when it has gone (its EOF, or a reset)."""
     try:
-        await handler(stream)
+        return os.read(sock.fileno(), FIRST_READ)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+async def _run_handler(stream: Any, handler: Handler, first: bytes | None) -> None:
+    try:
+        await handler(stream, first)
     finally:
         sock = getattr(stream, "socket", None)
         if sock is None or sock.fileno() != -1:  # (the connection closed it, nearly always)

@@ -21,13 +21,12 @@ import contextlib
 import math
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from svc.api.clock import ConnectionClock
-from svc.api.fastpath import Reply
 from svc.api.hangups import HangupWatch
 from svc.api.rawstream import SocketWrites
 
@@ -151,17 +150,16 @@ async def first_bytes(stream: trio.SocketStream, clock: ConnectionClock, limit: 
         clock.disarm(due)
 
 
-async def serve_bare(sock: Any, reply: Reply, clock: ConnectionClock,
-                     hangups: HangupWatch) -> None:
-    """Run ``reply``'s plain stream on the socket ``sock`` (its request read, nothing
-    written) until it ends or the client goes. The caller closes the socket. Cancellation:
-    the socket is no longer watched nor timed; the stream's own clean-up has run."""
-    assert reply.stream is not None
+async def serve_bare(sock: Any, run: Callable[[BareStream], Awaitable[None]],
+                     clock: ConnectionClock, hangups: HangupWatch) -> None:
+    """Run a plain stream (``run``: a ``Streamer``'s, its head bound) on the socket ``sock``
+    until it ends or the client goes. The caller closes the socket. Cancellation: the socket
+    is no longer watched nor timed; the stream's own clean-up has run."""
     stream = BareStream(sock, clock)
     fd = sock.fileno()
     hangups.watch(fd, stream.on_hangup)
     try:
-        await reply.stream.run(stream, reply.head)
+        await run(stream)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the client went
     finally:

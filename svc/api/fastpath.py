@@ -52,6 +52,9 @@ _NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
 # paths whose route is remembered (``PlainRoutes._route``): ~520 bytes each, and one per
 # container read (its id is in the path), so 1024 covers the bench's 500 containers twice over
 ROUTES_KEPT = 1024
+# request heads whose plain stream is remembered (``PlainRoutes.stream``): a client that opens
+# many streams sends one head over and over
+STREAM_HEADS_KEPT = 64
 PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -106,7 +109,8 @@ def plain_alternative(bp: Blueprint, endpoint: str, *, stream: bool = False) \
     """Register ``view(req, **path_values) -> Answer | Streamer | None`` as the plain form
     of ``bp``'s route ``endpoint``, whose Quart view stays: None sends the request the full
     way (a query the plain view does not serve, such as one that needs I/O). ``stream``: it
-    answers with a ``Streamer`` (served bare, ``svc.api.barestream``)."""
+    answers with a ``Streamer`` (served bare, ``svc.api.barestream``), and its answer must
+    depend on the request alone: it is kept per request head (``PlainRoutes.stream``)."""
     def register(view: PlainAlternative) -> PlainAlternative:
         _VIEWS[f"{bp.name}.{endpoint}"] = view
         if stream:
@@ -123,10 +127,15 @@ def args_of(raw: str) -> MultiDict[str, str]:
 class Streamer:
     """A plain view's stream: ``run(raw, head)`` is given the connection once it is taken
     over and writes ``head`` (a chunked 200 that closes the connection) itself, after
-    whatever must happen before the client sees it (an events subscription)."""
+    whatever must happen before the client sees it (an events subscription).
+
+    ``adopt(conn, head)``, if given, opens the same stream with no task behind it (in the
+    server's accept loop: ``svc.api.taskless``): True when it took the connection, False
+    when this stream needs a task from the start (nothing was done nor written then)."""
 
     run: Callable[[Any, bytes], Awaitable[None]]
     content_type: str = "application/json"
+    adopt: Callable[[Any, bytes], bool] | None = None
 
 
 @dataclass
@@ -191,6 +200,7 @@ class PlainRoutes:
         self._routes: dict[tuple[str, bytes], tuple[str, dict[str, Any]]] = {}
         self._views = dict(_VIEWS)
         self._streams = frozenset(_STREAMS)
+        self._opened: dict[bytes, Reply] = {}  # request head -> its plain stream's reply
         self._stream_heads: dict[str, bytes] = {}
         self._common_text = common_headers
         self._common = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -239,7 +249,13 @@ class PlainRoutes:
         """The plain stream ``data`` asks for when it is one simple request head (as
         ``quick``) of a route whose plain view answers with one (served bare,
         ``svc.api.barestream``); else None. The request line is routed before the head is
-        checked: any other request a connection begins with costs one remembered route."""
+        checked: any other request a connection begins with costs one remembered route.
+
+        A stream's reply depends on the request alone (``plain_alternative``), so it is kept
+        per head: the next opening with the same head (a client opening many) reuses it."""
+        reply = self._opened.get(data)
+        if reply is not None:
+            return reply
         line = _request_line(data)
         if line is None:
             return None
@@ -252,7 +268,12 @@ class PlainRoutes:
             return None
         request = _simple_request(data)
         reply = None if request is None else self.answer(*request)
-        return reply if reply is not None and reply.stream is not None else None
+        if reply is None or reply.stream is None:
+            return None
+        if len(self._opened) >= STREAM_HEADS_KEPT:
+            del self._opened[next(iter(self._opened))]  # the oldest
+        self._opened[data] = reply
+        return reply
 
     def _route(self, path: str, method: bytes) -> tuple[str, dict[str, Any]]:
         """The endpoint and path values of ``path`` by the app's URL map, remembered for the

@@ -24,7 +24,6 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, cast
 
 import trio
@@ -45,6 +44,7 @@ from svc.api.barestream import first_bytes, serve_bare
 from svc.api.clock import ConnectionClock
 from svc.api.fastpath import PlainRoutes, Reply
 from svc.api.hangups import HangupWatch
+from svc.api.taskless import stream_opener
 
 log = logging.getLogger("svc.server")
 
@@ -86,6 +86,7 @@ class Connection(TCPServer):
     _fd = -1  # a plain socket's descriptor (``_run_plain``), written directly when it can be
     opened_at: float | None = None  # (a plain socket's: its head is due HEAD_TIMEOUT after)
     _first_read = False  # waiting for the client's first bytes (``first_bytes``)
+    first: bytes | None = None  # a plain socket's first bytes, read at accept (if any came)
     plain: PlainRoutes | None = None  # set by ``svc.api.hijack.install``
     max_connections = 1 << 30  # (likewise)
 
@@ -115,17 +116,22 @@ class Connection(TCPServer):
         self._fd = sock.fileno()
         self.opened_at = trio.current_time()
         try:
-            self._first_read = True
-            try:
-                first = await first_bytes(stream, context.clock, limits.HEAD_TIMEOUT,
-                                          tcp_server.MAX_RECV)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                first = b""
-            finally:
-                self._first_read = False
+            first = self.first
+            if first is None:  # (nothing had come when it was accepted)
+                self._first_read = True
+                try:
+                    first = await first_bytes(stream, context.clock, limits.HEAD_TIMEOUT,
+                                              tcp_server.MAX_RECV)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    first = b""
+                finally:
+                    self._first_read = False
             bare = self._bare_stream(first)
             if bare is not None:  # (``svc.api.barestream``)
-                await serve_bare(sock, bare, context.clock, context.hangups)
+                streamer, head = bare.stream, bare.head
+                assert streamer is not None
+                await serve_bare(sock, lambda raw: streamer.run(raw, head), context.clock,
+                                 context.hangups)
                 return
             family = sock.family
             client = server = None
@@ -234,14 +240,22 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                          for scheme, socks in (("https", sockets.secure_sockets),
                                                ("http", sockets.insecure_sockets))
                          for sock in socks]
-                handler = partial(Connection, app, config, context,
-                                  ConnectionState(lifespan_state.copy()))
+                state = ConnectionState(lifespan_state.copy())
+
+                async def handler(stream: Any, first: bytes | None) -> None:
+                    conn = Connection(app, config, context, state, stream)
+                    conn.first = first
+                    await conn.run()
+
+                opener = stream_opener(Connection.plain, context, server_nursery,
+                                       Connection.max_connections)
                 task_status.started(binds)
                 try:
                     async with trio.open_nursery() as accepting:
                         for listener, raw in listeners:
                             accepting.start_soon(accept_loop, listener, handler,
-                                                 server_nursery, raw)
+                                                 server_nursery, raw,
+                                                 None if opener is None else opener.offer)
                         await shutdown_trigger()
                         accepting.cancel_scope.cancel()
                 finally:
@@ -250,6 +264,8 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                         server_nursery.start_soon(conn.close_if_idle)
                     server_nursery.cancel_scope.deadline = trio.current_time() + \
                         config.graceful_timeout
+            if opener is not None:
+                opener.close_all()
             clock_nursery.cancel_scope.cancel()  # (no connection is left to keep time for)
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()

@@ -9,6 +9,10 @@ subscriber instead of waking a task (and its stream's generators) for each. A wr
 cannot write it all (the client is not reading fast enough) or that fails keeps the rest and
 says so; the subscriber is then handed back to its own task, which writes the rest, waiting
 as long as the client needs, and delivers events itself until it has caught up again.
+
+A subscriber may also be *adopted* (``adopt``): held with no task behind it at all (an events
+stream opened in the server's accept loop, ``svc.api.taskless``). Its hand-back is a callback
+instead, which starts the task that goes on from there.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ class FanOut:
     """The held subscribers of one bus and the task that writes to them."""
 
     def __init__(self) -> None:
-        self._held: dict[Subscription, trio.Event] = {}  # subscriber -> its hand-back
+        self._held: dict[Subscription, Callable[[], None]] = {}  # subscriber -> hand-back
         self._wake = trio.Event()
         self.running = False
 
@@ -41,18 +45,28 @@ class FanOut:
         """Hold ``sub`` until it is handed back: its writer could not write all, or the
         subscription ended. Cancellation: ``sub`` is no longer held."""
         back = trio.Event()
-        self._held[sub] = back
+        self._held[sub] = back.set
         try:
             await back.wait()
         finally:
-            if self._held.get(sub) is back:
+            if self._held.get(sub) == back.set:
                 del self._held[sub]
+
+    def adopt(self, sub: Subscription, on_back: Callable[[], None]) -> None:
+        """Hold ``sub`` (caught up) with no task waiting: when it would be handed back,
+        ``on_back`` is called instead (synchronously, from the fan-out or whoever ended the
+        subscription), and takes it from there. ``forget`` it to let it go without a call."""
+        self._held[sub] = on_back
+
+    def forget(self, sub: Subscription) -> None:
+        """Stop holding ``sub``, without handing it back (its stream is gone)."""
+        self._held.pop(sub, None)
 
     def release(self, sub: Subscription) -> None:
         """Hand ``sub`` back to its task (it ended, or it was cut off)."""
         back = self._held.pop(sub, None)
         if back is not None:
-            back.set()
+            back()
 
     def release_all(self) -> None:
         for sub in list(self._held):

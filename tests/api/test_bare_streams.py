@@ -1,7 +1,9 @@
-"""Event streams served from the connection's first read (svc.api.barestream): many opened at
-once, each given what a stream opened the full way gets, and closed when its client goes,
-whatever the client sent after its request; a connection that never sent a byte does not hold
-up the daemon's shutdown."""
+"""Event streams served from the connection's first read (svc.api.barestream), or opened in
+the accept loop with no task (svc.api.taskless): many opened at once, each given what a stream
+opened the full way gets, and closed when its client goes, whatever the client sent after its
+request; a client that stops reading gets every event in order once it reads again; streams
+count against the connection limit; a connection that never sent a byte does not hold up the
+daemon's shutdown."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 
@@ -126,6 +129,73 @@ def test_a_stream_after_a_request_on_the_same_connection_goes_the_full_way(d: Da
         _head(s, buf)
         _create_volume(d, "bare-second")
         assert _event(s, buf)["Actor"] == {"ID": "bare-second", "Attributes": {"driver": "local"}}
+
+
+def _chunks_until(s: socket.socket, buf: bytearray, count: int) -> list[dict[str, object]]:
+    """Read a chunked stream's events (several per chunk) until ``count`` have come."""
+    events: list[dict[str, object]] = []
+    while len(events) < count:
+        while b"\r\n" not in buf or len(buf) < buf.index(b"\r\n") + 4 + \
+                int(buf[: buf.index(b"\r\n")], 16):
+            chunk = s.recv(1 << 20)
+            assert chunk, (len(events), bytes(buf[:200]))
+            buf += chunk
+        size_end = buf.index(b"\r\n")
+        size = int(buf[:size_end], 16)
+        assert size, "the stream ended"
+        body = bytes(buf[size_end + 2: size_end + 2 + size])
+        del buf[: size_end + 2 + size + 2]
+        events += [json.loads(line) for line in body.splitlines()]
+    return events
+
+
+def test_a_client_that_stops_reading_gets_every_event_in_order_once_it_reads(
+        d: Daemon) -> None:
+    """Past what the socket holds, the stream's writes wait for the client (a stream opened
+    without a task is handed to one then): nothing is lost, repeated or reordered."""
+    actor = f"slow{time.monotonic_ns()}"
+    target = "/v1.23/events?filters=" + quote(json.dumps({"container": [actor]}))
+    s = _open(d, b"GET %b HTTP/1.1\r\nHost: docker\r\n\r\n" % target.encode())
+    buf = bytearray()
+    _head(s, buf)
+    for _ in range(3):  # 3,000 events of ~400 bytes: twenty times the socket's buffers
+        with _open(d, b"POST /_probe/events?n=1000&numbered=1&id=%b HTTP/1.1\r\nHost: x\r\n"
+                   b"Content-Length: 0\r\n\r\n" % actor.encode()) as pub:
+            assert pub.recv(65536).startswith(b"HTTP/1.1 200")
+    events = _chunks_until(s, buf, 3000)
+    assert [ev["id"] for ev in events] == [f"{actor}-{i}" for i in range(1000)] * 3
+    s.close()
+
+
+def test_streams_count_against_the_connection_limit() -> None:
+    """Streams opened without a task count as connections: one over the limit is refused
+    with 503, and once one closes another may open."""
+    d = Daemon(env={"SVC_MAX_CONNECTIONS": "8"}).start()
+    try:
+        quiet_fds(d)  # (the start's pings have closed)
+        streams: list[socket.socket] = []
+        while True:
+            s = _open(d, EVENTS)
+            head = s.recv(65536)
+            if not head.startswith(b"HTTP/1.1 200"):
+                s.close()
+                break
+            streams.append(s)
+            assert len(streams) <= 8
+        assert head.startswith(b"HTTP/1.1 503") and len(streams) == 8, (head, len(streams))
+        streams.pop().close()
+        deadline = time.monotonic() + 5
+        while True:  # (the daemon closes its end when it sees the client's go)
+            with _open(d, EVENTS) as again:
+                head = again.recv(65536)
+                if head.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+                    break
+            time.sleep(0.05)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        for s in streams:
+            s.close()
+    finally:
+        d.cleanup()
 
 
 def test_a_connection_that_never_sent_a_byte_does_not_hold_up_the_shutdown() -> None:

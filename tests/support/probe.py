@@ -89,21 +89,22 @@ def install(app, engine: Engine) -> None:  # type: ignore[no-untyped-def]
 
     @bp.post("/_probe/events")
     async def publish() -> Response:
-        """Publish n events: type/action/actor from the query; with ``paced=1`` it waits
-        whenever a subscriber is half way to the cut-off (benchmarks measure sustainable
-        delivery, not drops)."""
+        """Publish n events: type/action/actor from the query (``numbered=1``: the i-th
+        actor is ``{id}-{i}``); with ``paced=1`` it waits whenever a subscriber is half way
+        to the cut-off (benchmarks measure sustainable delivery, not drops)."""
         n = int(request.args.get("n", "1"))
         paced = request.args.get("paced") == "1"
         etype = request.args.get("type", "container")
         action = request.args.get("action", "start")
         actor = request.args.get("id", "probe")
         attrs = json.loads(request.args.get("attrs", "{}"))
+        numbered = request.args.get("numbered") == "1"
         bus = engine.events
         for i in range(n):
             if paced and i % 64 == 0:
                 while bus.max_lag() > SUBSCRIBER_LAG // 2:
                     await trio.sleep(0.0005)
-            bus.publish(etype, action, actor, attrs)
+            bus.publish(etype, action, f"{actor}-{i}" if numbered else actor, attrs)
             if i % 64 == 63:
                 await trio.lowlevel.checkpoint()
         return Response(json.dumps({"published": n, "time": time.time_ns()}),

@@ -13,11 +13,13 @@ from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
+from svc.api.barestream import BareStream
 from svc.api.fastpath import Plain, Streamer, plain_alternative
 from svc.api.hijack import hijack
 from svc.api.params import Filters, parse_filters
 from svc.api.rawstream import RawStream
 from svc.api.streaming import LAST_CHUNK, chunked, direct_head
+from svc.api.taskless import TasklessStream
 from svc.api.versioning import Version, api_version
 from svc.api.wiring import Wired
 from svc.engine.backend import EventsBackend
@@ -145,7 +147,8 @@ class DirectChunks:
         return not self.rest
 
 
-def _write_directly(sub: Subscription, raw: RawStream, shape: str) -> DirectChunks | None:
+def _write_directly(sub: Subscription, raw: RawStream | BareStream,
+                    shape: str) -> DirectChunks | None:
     """Let the fan-out write ``sub``'s events to a plain socket (its head is out)."""
     sock = raw.plain_socket
     if sock is None:
@@ -186,21 +189,67 @@ def events_plain(req: Plain) -> Streamer:
         finally:
             sub.close()
 
-    return Streamer(run)
+    if since is not None or until is not None:
+        return Streamer(run)  # (a replay, an end: its task writes them)
+    return Streamer(run, adopt=partial(_adopt, filters=filters, version=req.version))
 
 
-async def _stream(sub: Subscription, raw: RawStream, version: Version) -> None:
+def _adopt(conn: TasklessStream, head: bytes, *, filters: Filters, version: Version) -> bool:
+    """Open a live stream with no task (``svc.api.taskless``): subscribe, write the head,
+    and leave the socket to the bus's fan-out while the client keeps up. The client's going
+    closes it; a write cut short or the subscription's end hands it to a task
+    (``_resume``). False (nothing done) when the bus cannot hold it."""
+    bus = _backend.get().events
+    if bus.closed or not bus.fanout.running:
+        return False
+    conn.shrink_send_buffer(SEND_BUFFER)
+    sub = bus.subscribe(filters)
+    done = conn.write(head)  # subscribed first: nothing published after is missed
+    if done < 0:  # the client has gone already
+        sub.close()
+        conn.close()
+        return True
+    writer = DirectChunks(conn.fd, wire_shape(version))
+    writer.rest = head[done:]  # (a new socket takes a head whole: nearly always empty)
+    sub.direct = writer
+    resume = partial(conn.hand_over, partial(_resume, sub, writer, version))
+    if writer.rest:
+        resume()
+        return True
+
+    def gone() -> None:
+        bus.fanout.forget(sub)  # (no hand-over: nothing is left to write)
+        sub.close()
+        conn.close()
+
+    conn.when_gone(gone)
+    bus.fanout.adopt(sub, resume)
+    return True
+
+
+async def _resume(sub: Subscription, writer: DirectChunks, version: Version,
+                  raw: BareStream) -> None:
+    """An adopted stream's task, from where the fan-out left it (``writer.rest`` first)."""
+    try:
+        await _stream(sub, raw, version, writer)
+    finally:
+        sub.close()
+
+
+async def _stream(sub: Subscription, raw: RawStream | BareStream, version: Version,
+                  writer: DirectChunks | None = None) -> None:
     """``sub``'s events over ``raw`` (its head is out), chunked, until they end or the client
-    goes; on a plain socket the bus's fan-out writes them while the client keeps up. The
-    caller closes ``sub``.
+    goes; on a plain socket the bus's fan-out writes them while the client keeps up
+    (``writer``: an adopted stream's, set up already). The caller closes ``sub``.
 
     No task reads the client or keeps time: its EOF (it sends nothing after its request, so
     that means it has gone, as dockerd's close notification reads it) ends the subscription,
     and a write that waits on it fails; a subscriber cut off while its client reads nothing
     has its connection shut ``CUT_GRACE`` later by the connection's clock."""
     shape = wire_shape(version)
-    raw.shrink_send_buffer(SEND_BUFFER)
-    writer = _write_directly(sub, raw, shape)
+    if writer is None:
+        raw.shrink_send_buffer(SEND_BUFFER)
+        writer = _write_directly(sub, raw, shape)
 
     def gone() -> None:
         sub.close()
@@ -218,12 +267,14 @@ async def _stream(sub: Subscription, raw: RawStream, version: Version) -> None:
         log.info("an event stream stopped: the client went away")
 
 
-async def _send(sub: Subscription, raw: RawStream, shape: str,
+async def _send(sub: Subscription, raw: RawStream | BareStream, shape: str,
                 writer: DirectChunks | None) -> None:
     # Batches are written as one chunk each: per-event writes cost ~10x the CPU (stack notes §4).
     # (closed here, not by the garbage collector: trio would start a task to finalize it)
     async with aclosing(sub.batches()) as batches:
-        async for batch in batches:
+        # (before the first batch: what a write made before this task left, ``_resume``)
+        batch: list[Event] | None = []
+        while batch is not None:
             if raw.client_done:
                 return
             sub.sending = True  # until the client has taken it (the socket has room again)
@@ -234,6 +285,7 @@ async def _send(sub: Subscription, raw: RawStream, shape: str,
                 body = b"".join([encode(ev, shape) for ev in batch])
                 await raw.send_parts([b"%x\r\n" % len(body), body, b"\r\n"])
             sub.sending = False
+            batch = await anext(batches, None)
     if raw.client_done:
         return
     if sub.error:

@@ -96,3 +96,38 @@ async def test_closing_the_bus_releases_held_subscribers() -> None:
             await ended.wait()
         assert sub.error == "the daemon is shutting down"
         nursery.cancel_scope.cancel()
+
+
+async def test_an_adopted_subscriber_is_handed_back_by_a_call_once() -> None:
+    """An adopted subscriber has no task: the fan-out writes its events, and the first batch
+    its writer refuses, or the subscription's end, calls its hand-back, once; a task started
+    then delivers the rest, in order. A forgotten one is neither written to nor called."""
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        calls: list[str] = []
+        subs = {name: bus.subscribe() for name in ("full", "ends", "gone")}
+        writers = {name: Writer(room=2 if name == "full" else 1 << 30) for name in subs}
+        out: list[str] = []
+        for name, sub in subs.items():
+            sub.direct = writers[name]
+
+            def back(name: str = name) -> None:
+                calls.append(name)
+                if name == "full":
+                    nursery.start_soon(consume, subs[name], writers[name], out)
+
+            bus.fanout.adopt(sub, back)
+        bus.fanout.forget(subs["gone"])
+        for i in range(5):
+            bus.publish("container", "start", f"c{i}")
+            await trio.testing.wait_all_tasks_blocked()
+        assert calls == ["full"]
+        assert writers["full"].got == ["c0", "c1"]
+        assert out + writers["full"].refused == ["c2", "c3", "c4"]
+        assert writers["ends"].got == [f"c{i}" for i in range(5)]
+        assert writers["gone"].got == []
+        bus.close()
+        assert calls == ["full", "ends"]
+        assert subs["ends"].error == "the daemon is shutting down"
+        nursery.cancel_scope.cancel()
