@@ -29,6 +29,7 @@ is still adopted when the server stops without that.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,8 @@ from svc.api.barestream import BareStream, serve_bare
 from svc.api.clock import ConnectionClock
 from svc.api.fastpath import PlainRoutes
 from svc.api.hangups import HangupWatch
+
+log = logging.getLogger("svc.server")
 
 _ADOPTED, _HANDED_OVER, _CLOSED = range(3)
 
@@ -138,7 +141,12 @@ class Opener:
         conn = TasklessStream(sock, self)
         self._open.add(conn)
         OPEN.value += 1
-        if reply.stream.adopt(conn, reply.head):
+        try:
+            if reply.stream.adopt(conn, reply.head):
+                return True
+        except Exception:  # a bug: this connection is lost, never the accept loop
+            log.exception("opening a stream in the accept loop failed")
+            conn.close()
             return True
         self.release(conn)
         return False
