@@ -253,6 +253,8 @@ class PlainRoutes:
 
         A stream's reply depends on the request alone (``plain_alternative``), so it is kept
         per head: the next opening with the same head (a client opening many) reuses it."""
+        if not data.startswith(b"GET "):
+            return None  # (a stream is a GET: a body's bytes are not even hashed)
         reply = self._opened.get(data)
         if reply is not None:
             return reply
