@@ -104,16 +104,17 @@ def ensure_bridge(name: str, gateway: str, prefixlen: int, gateway6: str = "",
     try:
         with IPRoute() as ip:
             found = ip.link_lookup(ifname=name)
-            if not found:
+            fresh = not found  # (no address to look for: the dump of them all is skipped)
+            if fresh:
                 found = _create_bridge(ip, name, alias, staging)
             elif _kind(ip, found[0]) != "bridge":
                 raise InterfaceTaken(f"the interface {name} exists and is not a bridge")
             idx = found[0]
-            if alias:
+            if alias and not (fresh and staging):  # (a staged one got it before its name)
                 ip.link("set", index=idx, ifalias=alias)
-            _ensure_addr(ip, idx, gateway, prefixlen, 2)
+            _ensure_addr(ip, idx, gateway, prefixlen, 2, fresh)
             if gateway6:
-                _ensure_addr(ip, idx, gateway6, prefixlen6, 10)
+                _ensure_addr(ip, idx, gateway6, prefixlen6, 10, fresh)
             ip.link("set", index=idx, state="up")
     except NetlinkError as exc:
         raise NetworkError(f"setting up the bridge {name} ({gateway}/{prefixlen}) failed: "
@@ -156,9 +157,12 @@ def _kind(ip: IPRoute, idx: int) -> str:
     return str(info.get_attr("IFLA_INFO_KIND")) if info is not None else ""
 
 
-def _ensure_addr(ip: IPRoute, idx: int, address: str, prefixlen: int, family: int) -> None:
-    have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
-            for a in ip.get_addr(index=idx, family=family)}
+def _ensure_addr(ip: IPRoute, idx: int, address: str, prefixlen: int, family: int,
+                 fresh: bool = False) -> None:
+    """``address/prefixlen`` on the link ``idx``; a ``fresh`` link (just made) has none yet.
+    (The kernel answers an address query with every link's: the dump grows with them.)"""
+    have = set() if fresh else {(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+                                for a in ip.get_addr(index=idx, family=family)}
     if (address, prefixlen) not in have:
         extra = {"family": 10, "flags": IFA_F_NODAD} if family == 10 else {}
         ip.addr("add", index=idx, address=address, prefixlen=prefixlen, **extra)

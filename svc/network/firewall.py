@@ -1,8 +1,9 @@
 """iptables rules owned by one daemon, read and changed in batches.
 
 Every rule svc adds carries the comment ``svc:<owner>:<scope>:<key>``: ``owner`` is the
-daemon's tag (stable for a ``--root``), ``scope`` says what the rule belongs to (``net`` for the
-networks' NAT, forwarding and isolation, ``ports-<container>`` for a container's published
+daemon's tag (stable for a ``--root``), ``scope`` says what the rule belongs to
+(``net-<bridge>`` for a bridge network's NAT, forwarding and part of the isolation, ``iso``
+for the jump to the isolation chains, ``ports-<container>`` for a container's published
 ports) and ``key`` is a hash of the rule itself. So the daemon recognises exactly its own rules
 in ``iptables-save``'s output, whatever another program (or another svcd) has there:
 
@@ -109,15 +110,21 @@ class Firewall:
 
     def apply(self, scope: str, rules: Iterable[Rule]) -> None:
         """Make the rules of ``scope`` exactly ``rules``."""
-        wanted = list(rules)
+        self.change({scope: rules})
+
+    def change(self, scopes: Mapping[str, Iterable[Rule]]) -> None:
+        """Make the rules of each scope named exactly the ones given (one restore for all,
+        when the daemon knows its rules); the other scopes stay as they are."""
+        wanted = {scope: list(rules) for scope, rules in scopes.items()}
         with self._lock:
             if self._known is not None:
                 try:
-                    self._apply_known(scope, wanted)
+                    self._apply_known(wanted)
                     return
                 except FirewallError:
                     self._known = None  # changed behind our back: read the tables again
-            self._sync({scope: wanted}, only=scope)
+            for scope, rules in wanted.items():
+                self._sync({scope: rules}, only=scope)
 
     def reconcile(self, desired: Mapping[str, Iterable[Rule]],
                   keep: Callable[[str], bool] | None = None) -> int:
@@ -154,18 +161,21 @@ class Firewall:
         with self._lock:
             return self._sync({}, only=None, drop_chains=True)
 
-    def _apply_known(self, scope: str, rules: list[Rule]) -> None:
+    def _apply_known(self, scopes: dict[str, list[Rule]]) -> None:
         """The change from what this daemon knows it has, without reading the tables."""
         assert self._known is not None
-        prefix = f"svc:{self.owner}:{scope}:"
-        want = {self.comment(scope, r): r for r in rules}
         tables: dict[str, list[str]] = {}
-        gone = [c for c in self._known if c.startswith(prefix) and c not in want]
+        gone: list[str] = []
+        added: dict[str, Rule] = {}
+        for scope, rules in scopes.items():
+            prefix = f"svc:{self.owner}:{scope}:"
+            want = {self.comment(scope, r): r for r in rules}
+            gone += [c for c in self._known if c.startswith(prefix) and c not in want]
+            added.update((c, r) for c, r in want.items() if c not in self._known)
         for c in gone:
             r = self._known[c]
             tables.setdefault(r.table, []).append(
                 " ".join([f"-D {r.chain}", *r.spec, "-m", "comment", "--comment", c]))
-        added = {c: r for c, r in want.items() if c not in self._known}
         for c, r in added.items():
             tables.setdefault(r.table, []).append(self._add_line(r, c))
         if not tables:

@@ -31,16 +31,16 @@ def internal_rules(bridge: str) -> list[Rule]:
     ]
 
 
-def isolation_rules(bridges: list[str], stage1: str, stage2: str) -> list[Rule]:
-    """Drop what one of ``bridges`` would forward to another: two rules per bridge in two
-    chains (dockerd's DOCKER-ISOLATION-STAGE-1/2), and the jump at the top of FORWARD."""
-    if not bridges:
-        return []
-    out = [rule("filter", "FORWARD", "-j", stage1, first=True)]
-    for b in bridges:
-        out.append(rule("filter", stage1, "-i", b, "!", "-o", b, "-j", stage2))
-        out.append(rule("filter", stage2, "-o", b, "-j", "DROP"))
-    return out
+def isolation_jump(stage1: str) -> Rule:
+    """FORWARD's jump to the first stage of isolation (while any bridge is isolated)."""
+    return rule("filter", "FORWARD", "-j", stage1, first=True)
+
+
+def bridge_isolation(bridge: str, stage1: str, stage2: str) -> list[Rule]:
+    """One bridge's part of isolation: what leaves it for another interface goes to the
+    second stage, and what any bridge sends to it is dropped there."""
+    return [rule("filter", stage1, "-i", bridge, "!", "-o", bridge, "-j", stage2),
+            rule("filter", stage2, "-o", bridge, "-j", "DROP")]
 
 
 def dnat_rules(bridge: str, proto: str, host_ip: str, host_port: int, ip: str,

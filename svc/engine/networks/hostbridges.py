@@ -35,15 +35,33 @@ def alias(owner: str, net: Network) -> str:
     return f"svc:{owner}:{net.id[:12]}"
 
 
-def net_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
-    """The ``net`` scope: each network's own rules and the isolation between them."""
-    out: list[Rule] = []
-    for net in nets:
-        icc = net.options.get(ICC_OPTION, "true").lower() != "false"
-        out += (netrules.internal_rules(net.bridge) if net.internal
-                else netrules.nat_rules(net.bridge, net.subnet, icc=icc))
-    return out + netrules.isolation_rules([n.bridge for n in nets], firewall.iso1,
-                                          firewall.iso2)
+ISO_SCOPE = "iso"  # the jump to the isolation chains, while any bridge network exists
+
+
+def rule_scope(net: Network) -> str:
+    """The firewall scope of one network's rules (a bridge's name has no ``:``)."""
+    return f"net-{net.bridge}"
+
+
+def bridge_rules(firewall: Firewall, net: Network) -> list[Rule]:
+    """One network's rules: its own NAT and forwarding, and its part of the isolation. Each
+    network's are a scope of their own, so a create or a removal changes (and computes)
+    only its own, whatever the number of networks."""
+    icc = net.options.get(ICC_OPTION, "true").lower() != "false"
+    own = (netrules.internal_rules(net.bridge) if net.internal
+           else netrules.nat_rules(net.bridge, net.subnet, icc=icc))
+    return own + netrules.bridge_isolation(net.bridge, firewall.iso1, firewall.iso2)
+
+
+def jump_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
+    return [netrules.isolation_jump(firewall.iso1)] if nets else []
+
+
+def net_scopes(firewall: Firewall, nets: list[Network]) -> dict[str, list[Rule]]:
+    """Every network's rules, by scope."""
+    scopes = {rule_scope(net): bridge_rules(firewall, net) for net in nets}
+    scopes[ISO_SCOPE] = jump_rules(firewall, nets)
+    return scopes
 
 
 def setup(owner: str, firewall: Firewall, bridges: list[Network], *,
@@ -63,7 +81,7 @@ def setup(owner: str, firewall: Firewall, bridges: list[Network], *,
         if name not in known:
             log.info("removing the bridge %s, which no network names (a crash left it)", name)
             br.delete_bridge(name)
-    removed = firewall.reconcile({"net": net_rules(firewall, bridges)},
+    removed = firewall.reconcile(net_scopes(firewall, bridges),
                                  keep=is_ports_scope if keep_ports else None)
     if removed:
         log.info("removed %d iptables rules left by a crash", removed)
@@ -71,13 +89,15 @@ def setup(owner: str, firewall: Firewall, bridges: list[Network], *,
 
 
 def make(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -> None:
-    """``net``'s bridge and the rules of every bridge with it."""
+    """``net``'s bridge and rules (and the jump to isolation, if it is the first)."""
     br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
                      alias=alias(owner, net), staging=staging(owner, net))
-    firewall.apply("net", net_rules(firewall, [*bridges, net]))
+    firewall.change({rule_scope(net): bridge_rules(firewall, net),
+                     ISO_SCOPE: jump_rules(firewall, [net])})
 
 
 def drop(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -> None:
-    """``net``'s rules, then its bridge."""
-    firewall.apply("net", net_rules(firewall, [n for n in bridges if n.id != net.id]))
+    """``net``'s rules (and the jump to isolation, if it was the last), then its bridge."""
+    others = [n for n in bridges if n.id != net.id]
+    firewall.change({rule_scope(net): [], ISO_SCOPE: jump_rules(firewall, others)})
     br.delete_bridge(net.bridge)

@@ -29,9 +29,11 @@ class CountingFirewall(Firewall):
     def __init__(self, owner: str) -> None:
         super().__init__(owner)
         self.saves = 0
+        self.restores = 0
 
     def _run(self, argv: list[str], stdin: str | None = None) -> str:
         self.saves += argv[0].endswith("iptables-save")
+        self.restores += argv[0].endswith("iptables-restore")
         return super()._run(argv, stdin)
 
 
@@ -54,7 +56,9 @@ def _net(fw: Firewall, n: int) -> list[netrules.Rule]:
     rules: list[netrules.Rule] = []
     for i, b in enumerate(bridges):
         rules += netrules.nat_rules(b, f"10.196.{i}.0/24")
-    return rules + netrules.isolation_rules(bridges, fw.iso1, fw.iso2)
+    for b in bridges:
+        rules += netrules.bridge_isolation(b, fw.iso1, fw.iso2)
+    return rules + [netrules.isolation_jump(fw.iso1)] if bridges else rules
 
 
 def test_changes_after_a_full_read_need_no_save(fw: CountingFirewall) -> None:
@@ -104,3 +108,26 @@ def test_kept_scopes_survive_a_restart_once_and_the_others_can_be_dropped(
     assert fresh.drop(lambda s: s.startswith("ports-") and s != "ports-a") == 1
     assert not any("9002" in line for line in _ours(fw))
     assert any("9001" in line for line in _ours(fw))
+
+
+def test_a_change_of_several_scopes_is_one_restore_that_leaves_the_others_in_place(
+        fw: CountingFirewall) -> None:
+    """A network's create touches its own scope and the jump's, in one restore: no read of
+    the tables, and every other network's rules stay where they were."""
+    def scope(i: int) -> list[netrules.Rule]:
+        b = f"svu{fw.owner[:6]}{i}"
+        return [*netrules.nat_rules(b, f"10.196.{i}.0/24"),
+                *netrules.bridge_isolation(b, fw.iso1, fw.iso2)]
+
+    fw.reconcile({f"net-{i}": scope(i) for i in range(3)} | {"iso": []})
+    before = _ours(fw)
+    saves, restores = fw.saves, fw.restores
+    fw.change({"net-3": scope(3), "iso": [netrules.isolation_jump(fw.iso1)]})
+    assert (fw.saves, fw.restores) == (saves, restores + 1)
+    after = _ours(fw)
+    assert [line for line in after if line in before] == before  # (in their order)
+    assert len(after) == len(before) + 7  # 4 of the network's own, 2 isolation, the jump
+    fw.change({"net-3": [], "iso": []})
+    assert _ours(fw) == before
+    assert CountingFirewall(fw.owner).reconcile(
+        {f"net-{i}": scope(i) for i in range(3)}) == 0  # as known: nothing left behind
