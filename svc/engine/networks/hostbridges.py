@@ -39,8 +39,9 @@ ISO_SCOPE = "iso"  # the jump to the isolation chains, while any bridge network 
 
 
 def rule_scope(net: Network) -> str:
-    """The firewall scope of one network's rules (a bridge's name has no ``:``)."""
-    return f"net-{net.bridge}"
+    """The firewall scope of one network's rules (its id is hex: nothing in it needs
+    quoting in a rule's comment)."""
+    return f"net-{net.id[:12]}"
 
 
 def bridge_rules(firewall: Firewall, net: Network) -> list[Rule]:
