@@ -6,10 +6,10 @@ object, the bare stream and its generators, and a task parked on the subscriptio
 long as the stream lasts. dockerd opens them in parallel on every core.
 
 **At accept.** The accept loop (``svc.api.accepting``) reads a plain connection's first bytes
-at once: a client sends its request right after connecting, so they are
-nearly always there. ``Opener.offer`` looks at them: when they are exactly one simple request
-head of a plain stream route whose view can open without waiting (``Streamer.adopt``: ``GET
-/events`` without ``since`` or ``until``), the view opens the stream right there. It
+at once: a client sends its request right after connecting, so they are nearly always there.
+``Opener.offer`` looks at them: when they are exactly one simple request head of a plain
+stream route whose view can open without waiting (``Streamer.adopt``: ``GET /events``
+without ``since`` or ``until``), the view opens the stream right there. It
 subscribes, writes the head, and leaves the socket to the bus's fan-out, which writes its
 events (``svc.engine.fanout``), and to the ``HangupWatch``, which notices the client's going
 and closes it. No task is started. Anything else is served by a connection task as before,

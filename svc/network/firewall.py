@@ -4,8 +4,9 @@ Every rule svc adds carries the comment ``svc:<owner>:<scope>:<key>``: ``owner``
 daemon's tag (stable for a ``--root``), ``scope`` says what the rule belongs to
 (``net-<network id>`` for a bridge network's NAT, forwarding and part of the isolation,
 ``iso`` for the jump to the isolation chains, ``ports-<container>`` for a container's
-published ports) and ``key`` is a hash of the rule itself. So the daemon recognises exactly its own rules
-in ``iptables-save``'s output, whatever another program (or another svcd) has there:
+published ports) and ``key`` is a hash of the rule itself. So the daemon recognises exactly
+its own rules in ``iptables-save``'s output, whatever another program (or another svcd) has
+there:
 
 - a change is one ``iptables-restore --noflush`` that removes and adds just the difference,
   whatever the number of networks (dockerd of this generation, and svc before, ran iptables

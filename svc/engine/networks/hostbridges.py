@@ -54,14 +54,15 @@ def bridge_rules(firewall: Firewall, net: Network) -> list[Rule]:
     return own + netrules.bridge_isolation(net.bridge, firewall.iso1, firewall.iso2)
 
 
-def jump_rules(firewall: Firewall, nets: list[Network]) -> list[Rule]:
-    return [netrules.isolation_jump(firewall.iso1)] if nets else []
+def jump_rules(firewall: Firewall, any_network: bool) -> list[Rule]:
+    """The ``iso`` scope: the jump, while any bridge network exists."""
+    return [netrules.isolation_jump(firewall.iso1)] if any_network else []
 
 
 def net_scopes(firewall: Firewall, nets: list[Network]) -> dict[str, list[Rule]]:
     """Every network's rules, by scope."""
     scopes = {rule_scope(net): bridge_rules(firewall, net) for net in nets}
-    scopes[ISO_SCOPE] = jump_rules(firewall, nets)
+    scopes[ISO_SCOPE] = jump_rules(firewall, bool(nets))
     return scopes
 
 
@@ -94,11 +95,11 @@ def make(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -
     br.ensure_bridge(net.bridge, net.gateway, net.prefixlen, net.gateway6, net.prefixlen6,
                      alias=alias(owner, net), staging=staging(owner, net))
     firewall.change({rule_scope(net): bridge_rules(firewall, net),
-                     ISO_SCOPE: jump_rules(firewall, [net])})
+                     ISO_SCOPE: jump_rules(firewall, True)})
 
 
 def drop(owner: str, firewall: Firewall, net: Network, bridges: list[Network]) -> None:
     """``net``'s rules (and the jump to isolation, if it was the last), then its bridge."""
     others = [n for n in bridges if n.id != net.id]
-    firewall.change({rule_scope(net): [], ISO_SCOPE: jump_rules(firewall, others)})
+    firewall.change({rule_scope(net): [], ISO_SCOPE: jump_rules(firewall, bool(others))})
     br.delete_bridge(net.bridge)
