@@ -4,6 +4,11 @@
 (``ACCEPT_BATCH`` at most) once it is readable, instead of paying trio's checkpoint for each
 accept: a client that opens fifty event streams at once gets them all in one round.
 
+**First bytes at accept.** A plain connection's first bytes are read as it is accepted (a
+client sends its request right after connecting). A live events stream asked for there is
+opened without any task (``svc.api.taskless``); every other connection's task starts from
+the bytes read.
+
 **Running out of descriptors is survived.** trio's own accept loop logs a traceback ten times
 a second while ``accept`` fails with EMFILE and answers nothing. Here one descriptor is kept in
 reserve: with none left the loop lets the reserve go, accepts the waiting connection, answers
