@@ -8,9 +8,11 @@ What the daemon owes the shim's design (``svc.runtime.shim``):
   the order the container wrote in is kept. The spool's space is then given back.
 - **No chunk is lost to a SIGKILL**: an output pipe is peeked (``PeekedPipe``), and a chunk
   is taken out of it only once it is in the log, in the same step as the cursor's write
-  (which also keeps the log's unfinished lines). A kill between the log's write and the
-  cursor's (no checkpoint between them) can log one chunk twice. A TTY's output (a pty
-  cannot be peeked) loses what was read and not yet written.
+  (which also keeps the log's unfinished lines and the log's end). A kill between the
+  log's write and the cursor's (no checkpoint between them, but the thread may be
+  preempted there) leaves one chunk in the log that the cursor does not count: the next
+  daemon cuts the log back to the recorded end before it logs that chunk again. A TTY's
+  output (a pty cannot be peeked) loses what was read and not yet written.
 - **stdin**: the shim keeps its own end open (a daemon going is no EOF for the container);
   a client's EOF under ``StdinOnce`` tells the shim to close it too.
 """
@@ -184,10 +186,12 @@ def shim_alive(pid: int, cid: str) -> bool:
 
 
 async def follow_shim(handle: ShimHandle, deliver: Deliver,
-                      pending: Callable[[], tuple[bytes, bytes]]) -> int:
+                      pending: Callable[[], tuple[bytes, bytes]],
+                      log_end: Callable[[], tuple[int, int] | None] = lambda: None) -> int:
     """Hand the spool (from the cursor), then the live output, to ``deliver`` until the
     container has ended and its output is read; return its exit code. ``pending()`` gives
-    the log's unfinished lines, kept in the cursor with each move.
+    the log's unfinished lines and ``log_end()`` the log's end (``JsonLogWriter.end``),
+    kept in the cursor with each move.
 
     Cancellation (the daemon stops): the cursor is after the last chunk delivered; what is
     not in the log is in the pipes (the shim drains them) or in the spool; the container
@@ -200,7 +204,8 @@ async def follow_shim(handle: ShimHandle, deliver: Deliver,
     logged = list(state.logged)
 
     def save(offset: int) -> None:
-        handle.cursor.write(CursorState(offset, pending(), state.dropped, (logged[0], logged[1])))
+        handle.cursor.write(CursorState(offset, pending(), state.dropped, (logged[0], logged[1]),
+                                        log_end()))
 
     for rec in spool.records(handle.files.spool, state.offset, stop):
         i = 0 if rec.stream == "stdout" else 1

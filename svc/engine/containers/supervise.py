@@ -216,6 +216,11 @@ class Supervisor:
         output from the shim's descriptors, then the exit code the shim told; the streams
         end only then (a let-go leaves them open)."""
         if guard is not None:
+            cut = guard.writer.take_back(handle.state.log_end)
+            if cut:
+                log.info("container %s: %d byte(s) of its log that the last daemon wrote "
+                         "but had not counted are logged again from their source",
+                         c.id[:12], cut)
             guard.writer.hold(handle.state.pending)
 
         async def deliver(name: str, chunk: bytes, ts: int, logged: Callable[[], None]
@@ -225,7 +230,10 @@ class Supervisor:
         def pending() -> tuple[bytes, bytes]:
             return guard.writer.pending() if guard is not None else (b"", b"")
 
-        code = await follow_shim(handle, deliver, pending)
+        def log_end() -> tuple[int, int] | None:
+            return guard.writer.end() if guard is not None else None
+
+        code = await follow_shim(handle, deliver, pending, log_end)
         for name in ("stdout", "stderr"):
             _end_stream(name, guard, shipper, c.hub)
         return code

@@ -131,6 +131,7 @@ class JsonLogWriter:
         self._last_time: str | None = None
         self._fd = -1
         self._size = self._flushed = 0
+        self._ino = 0
         self._ref: LogFileRef | None = None
         self._closed_ref: Callable[[], LogFileRef | None] = lambda: None
         if self.compress:
@@ -161,6 +162,23 @@ class JsonLogWriter:
     def pending(self) -> tuple[bytes, bytes]:
         """The unfinished last line of stdout and of stderr, not in the file yet."""
         return self._pending[0], self._pending[1]
+
+    def end(self) -> tuple[int, int] | None:
+        """The live file's inode and size (None once closed): what ``take_back`` takes."""
+        return None if self._fd < 0 else (self._ino, self._size)
+
+    def take_back(self, end: tuple[int, int] | None) -> int:
+        """Cut the live file back to ``end`` (an ``end()`` of an earlier writer, recorded
+        with what had been logged then): what was written after it is logged again from its
+        source. Only the same file, and only what it holds past that size, is cut (a file
+        rotated since holds what is recorded: it is left as it is). Returns the bytes cut."""
+        if end is None or self._fd < 0 or end[0] != self._ino or self._size <= end[1]:
+            return 0
+        cut = self._size - end[1]
+        os.ftruncate(self._fd, end[1])
+        self._size = end[1]
+        self._flushed = min(self._flushed, self._size)
+        return cut
 
     def write(self, stream: str, data: bytes, ts_ns: int | None = None, *,
               records: bool = False) -> Records | None:
@@ -313,7 +331,8 @@ class JsonLogWriter:
     def _open(self, *, truncate: bool) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC  # read: the torn-tail check
         self._fd = os.open(self.path, flags | (os.O_TRUNC if truncate else 0), FILE_MODE)
-        self._size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        self._size, self._ino = st.st_size, st.st_ino
         self._flushed = self._size  # written back from here on
         self._ref = LogFileRef(self.path)
         if self._size and os.pread(self._fd, 1, self._size - 1) != b"\n":

@@ -53,3 +53,29 @@ def test_a_reader_keeps_the_file_across_the_close(tmp_path: Path) -> None:
     assert end_again == end and _held(path) == 1
     del again
     assert _held(path) == 0
+
+
+def test_take_back_cuts_only_the_same_file_past_the_recorded_end(tmp_path: Path) -> None:
+    """What a live-restored container's next daemon does with its cursor's log end: the
+    same live file is cut back to it; a file rotated since is left as it is."""
+    path = tmp_path / "c-json.log"
+    w = JsonLogWriter(path, max_size=None)
+    w.write("stdout", b"one\n")
+    end = w.end()
+    w.write("stdout", b"two\n")  # written, but not counted by the cursor
+    w.close()
+    again = JsonLogWriter(path, max_size=None)
+    assert again.take_back(end) > 0
+    again.write("stdout", b"two\n")
+    again.close()
+    assert [line.split('"log":"')[1][:3] for line in path.read_text().splitlines()] == \
+        ["one", "two"]
+
+    rotating = JsonLogWriter(tmp_path / "r-json.log", max_size=200, max_file=2)
+    rotating.write("stdout", b"x" * 150 + b"\n")
+    old_end = rotating.end()
+    rotating.write("stdout", b"y" * 150 + b"\n")  # rotates: a new live file
+    assert rotating.end() != old_end
+    assert rotating.take_back(old_end) == 0  # (another file: nothing is cut)
+    assert b"y" * 150 in (tmp_path / "r-json.log").read_bytes()
+    rotating.close()
