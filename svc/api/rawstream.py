@@ -58,6 +58,13 @@ class HijackedConnection:
         pass
 
 
+def shrink_send_buffer(sock: Any, size: int) -> None:
+    """Ask for a kernel send buffer of ``size`` (doubled by the kernel) on ``sock``; a socket
+    that refuses keeps its own."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
 class SocketWrites(trio.abc.Stream):
     """Writes straight to a taken-over plain socket: after the takeover nothing else writes
     to it. ``plain_socket`` is the trio socket (None: the subclass's ``send_all`` only)."""
@@ -72,8 +79,7 @@ class SocketWrites(trio.abc.Stream):
         kilobytes, not megabytes, and memory held for a stuck client stays small."""
         sock = self._transport_socket()
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+            shrink_send_buffer(sock, size)
 
     def abort(self) -> None:
         """Shut the connection down from outside the writer: a write blocked on a client that

@@ -42,6 +42,7 @@ from svc.api.barestream import BareStream, serve_bare
 from svc.api.clock import ConnectionClock
 from svc.api.fastpath import PlainRoutes
 from svc.api.hangups import HangupWatch
+from svc.api.rawstream import shrink_send_buffer
 
 log = logging.getLogger("svc.server")
 
@@ -60,8 +61,7 @@ class TasklessStream:
 
     def shrink_send_buffer(self, size: int) -> None:
         """As ``SocketWrites.shrink_send_buffer``: writes block after kilobytes."""
-        with contextlib.suppress(OSError):
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        shrink_send_buffer(self.sock, size)
 
     def write(self, data: bytes) -> int:
         """Write what the socket takes now, without waiting: how many bytes it took; -1
