@@ -35,6 +35,7 @@ SPEC_DIRS = (Path("/etc/svc/plugins"), Path("/usr/lib/svc/plugins"),
 SCHEMES = ("unix", "tcp", "http", "https")
 # a plugin's name is a file name: no separators, nothing hidden
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+NAME_MAX = 250  # a file name's 255 bytes less the suffix: a longer name names no file
 
 
 class PluginNotFound(NotFound):
@@ -83,7 +84,7 @@ class Discovery:
             PluginNotFound: nothing has that name.
             BadSpec: its spec file names no usable address.
         """
-        if not NAME_RE.fullmatch(name):
+        if len(name) > NAME_MAX or not NAME_RE.fullmatch(name):
             raise PluginNotFound(name)
         for d in self.socket_dirs:
             for p in _paths(d, name, ".sock"):
@@ -92,7 +93,7 @@ class Discovery:
         for d in self.spec_dirs:
             for ext in (".spec", ".json"):
                 for p in _paths(d, name, ext):
-                    if p.is_file():
+                    if _is_file(p):
                         return read_spec(name, p)
         raise PluginNotFound(name)
 
@@ -160,6 +161,13 @@ def _is_socket(p: Path) -> bool:
     try:
         return stat.S_ISSOCK(p.stat().st_mode)
     except OSError:
+        return False
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return stat.S_ISREG(p.stat().st_mode)
+    except OSError:  # (not only a missing file: a directory it may not read, say)
         return False
 
 

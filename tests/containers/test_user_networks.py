@@ -54,6 +54,7 @@ async def test_create_inspect_remove(api: httpx.AsyncClient) -> None:
         ({"Name": "n3", "IPAM": {"Config": [{"Subnet": "10.0.0.0/33"}]}}, 400, "invalid subnet"),
         ({"Name": "n4", "Driver": "overlay"}, 400, "the overlay driver needs a cluster store"),
         ({"Name": "n4", "Driver": "macvlan"}, 404, "plugin not found"),
+        ({"Name": "n4", "Driver": "d" * 3000}, 404, "plugin not found"),
         ({"Name": ""}, 400, "Name is required"),
         ({"Name": "n5", "IPAM": {"Config": [{"Subnet": subnet(), "Gateway": "1.2.3.4"}]}}, 400,
          "invalid Gateway"),

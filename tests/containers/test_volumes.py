@@ -55,6 +55,7 @@ async def test_volume_endpoints(vapi: httpx.AsyncClient, cdaemon: Daemon) -> Non
         ({"Name": "a b"}, 400, "includes invalid characters for a local volume name"),
         ({"Name": "x", "Driver": "flocker"}, 404,
          "create x: Error looking up volume plugin flocker: plugin not found"),
+        ({"Name": "x", "Driver": "d" * 3000}, 404, "plugin not found"),  # no file's name
         ({"DriverOpts": {"size": "1"}}, 400, 'invalid option key: "size"'),
         ({"DriverOpts": {"type": "tmpfs"}}, 400, "need both type and device"),
         ({"DriverOpts": {"type": "none", "device": "/no/such", "o": "bind"}}, 400,
