@@ -49,6 +49,8 @@ class BareStream(SocketWrites):
         self.head = b""
 
     def abort_after(self, seconds: float) -> None:
+        if self._closed:  # (a subscriber cut off after its stream ended: nothing to abort)
+            return
         self.abort_at = trio.current_time() + seconds
         self._clock.arm(self, self.abort_at)
 

@@ -50,14 +50,29 @@ class Refusals:
                 sock.shutdown(socket.SHUT_WR)
         self.rearm()
 
+    _ended = False  # its task group has ended (``end``)
+
     def on_deadline(self) -> None:
         """The clock's call (``svc.api.clock``): act in the connection's task group."""
-        with contextlib.suppress(RuntimeError):  # its task group is closing: it is going
+        if self._ended:
+            return
+        # RuntimeError: its task group is closing; AttributeError: it has closed (hypercorn's
+        # drops its nursery) and the server has yet to say so. Either way it is going.
+        with contextlib.suppress(RuntimeError, AttributeError):
             self.task_group.spawn(self._on_deadline)
 
     def rearm(self) -> None:
         """File the connection with the clock under its deadline as it is now."""
+        if self._ended:
+            return
         self.context.clock.arm(self, self.deadline())
+
+    def end(self) -> None:
+        """The connection's task group has ended (its server says so): nothing of it is due
+        any more, and whatever would file it again later (a stream's cut-off after its
+        close, say) files nothing."""
+        self._ended = True
+        self.context.clock.disarm(self)
 
     def deadline(self) -> float:
         """When the connection is due to be refused or closed (``inf``: not at all)."""

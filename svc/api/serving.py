@@ -106,6 +106,15 @@ class Connection(TCPServer):
         finally:
             OPEN.value -= 1
             OPEN.connections.discard(self)
+            self._end_protocol()
+
+    def _end_protocol(self) -> None:
+        """Tell the protocol its task group has ended (``Refusals.end``): the connection's
+        clock must not fire for it any more, whatever filed it last."""
+        protocol = getattr(getattr(self, "protocol", None), "protocol", None)
+        end = getattr(protocol, "end", None)
+        if end is not None:
+            end()
 
     async def _run_plain(self) -> None:
         """hypercorn's ``run`` for a plain socket, without trying a TLS handshake first (it
@@ -150,6 +159,7 @@ class Connection(TCPServer):
         except OSError:
             pass
         finally:
+            self._end_protocol()  # (before the close's checkpoints, where the clock may run)
             await self._close()
 
     def _bare_stream(self, data: bytes) -> Reply | None:
@@ -204,7 +214,8 @@ class Connection(TCPServer):
         if isinstance(event, RawData):
             if not event.data:
                 return  # (an end of message that needs no bytes: a Content-Length body's)
-            if self._fd >= 0 and not self.send_lock.locked():
+            if self._fd >= 0 and not self.send_lock.locked() \
+                    and self.stream.socket.fileno() == self._fd:  # (-1 once it is closed)
                 # The socket takes the whole answer at once, nearly always: write it without
                 # the lock, the shielded scope and trio's send (a third of a small answer's CPU).
                 data = event.data
@@ -217,6 +228,16 @@ class Connection(TCPServer):
                 if done == len(data):
                     return
                 event = RawData(data=data[done:], address=event.address)
+            try:
+                await super().protocol_send(event)
+            except trio.BusyResourceError:
+                # Another task is closing the connection (hypercorn's ``_close`` holds the
+                # stream's sender in ``send_eof`` across a checkpoint, outside the send lock):
+                # these bytes are for a connection that is going. (A client that went in the
+                # middle of its request's body: the view's answer closes the connection while
+                # the read loop answers the broken request.)
+                await self.protocol.handle(Closed())
+            return
         await super().protocol_send(event)
 
 

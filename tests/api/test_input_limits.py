@@ -134,3 +134,29 @@ def test_the_daemon_raises_its_descriptor_limit_to_the_hard_one() -> None:
         assert line.split()[3:5] == [str(hard), str(hard)], line
     finally:
         daemon.cleanup()
+
+
+def test_clients_that_go_while_their_unread_body_is_dropped_leave_nothing_due(
+        d: Daemon) -> None:
+    """An answer before the body (a 404 here) starts dropping the rest of the body; a client
+    that has gone by then leaves a connection whose task group has ended. Its linger must not
+    fire after that (it once took the daemon down two seconds later)."""
+    head = (b"POST /containers/nope/start HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 100000\r\n\r\n{")
+    for _ in range(3):
+        for close_early in (True, False):
+            socks = []
+            for _ in range(40):
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(str(d.sock))
+                s.sendall(head)
+                socks.append(s)
+            for s in socks:
+                if not close_early:
+                    s.settimeout(10)
+                    assert s.recv(12).startswith(b"HTTP/1.1 404")
+                s.close()
+    time.sleep(2.0 + 1.0)  # the linger (``LINGER_SECONDS``) and the clock's slot
+    assert d.proc is not None and d.proc.poll() is None, d.log()[-12000:]
+    with _client(d) as c:
+        assert c.get("/_ping").status_code == 200
