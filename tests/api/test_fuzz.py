@@ -63,6 +63,7 @@ def _raw_exchange(sock_path: Path, data: bytes, timeout: float) -> bytes:
 
 async def _raw_garbage(d: Daemon, head_timeout: float) -> list[str]:
     """Every case on its own connection, all at once (most wait out the head timeout)."""
+    assert d.proc is not None
     rng = random.Random(fuzz.SEED + 1)
     failures: list[str] = []
     limiter = trio.CapacityLimiter(40)
@@ -75,7 +76,6 @@ async def _raw_garbage(d: Daemon, head_timeout: float) -> list[str]:
             failures.append(f"{label}: neither answered nor closed")
             return
         except OSError as exc:  # no socket to connect to: the daemon went
-            assert d.proc is not None
             failures.append(f"{label}: {exc!r} (svcd exit status {d.proc.poll()})")
             return
         if out and not re.match(rb"HTTP/1\.1 (4\d\d|505) ", out) and not (
@@ -87,7 +87,11 @@ async def _raw_garbage(d: Daemon, head_timeout: float) -> list[str]:
             n.start_soon(one, label, data)
     # a slowloris: a head trickled in is cut off with a 408 once the head timeout passes
     start = time.monotonic()
-    out = await trio.to_thread.run_sync(_slowloris, d.sock, head_timeout + 10)
+    try:
+        out = await trio.to_thread.run_sync(_slowloris, d.sock, head_timeout + 10)
+    except OSError as exc:  # no socket to connect to: the daemon went
+        failures.append(f"slowloris: {exc!r} (svcd exit status {d.proc.poll()})")
+        return failures
     if not out.startswith(b"HTTP/1.1 408") or time.monotonic() - start > head_timeout + 5:
         failures.append(f"slowloris: {out[:60]!r} after {time.monotonic() - start:.1f}s")
     return failures
@@ -170,8 +174,11 @@ async def test_fuzz_every_endpoint(spawn) -> None:  # type: ignore[no-untyped-de
         assert (await c.get("/_ping")).status_code == 200
         for item in (await c.get("/containers/json", params={"all": "1"})).json():
             await c.delete(f"/containers/{item['Id']}", params={"force": "1", "v": "1"})
-    errors = [line for line in d.log().splitlines() if " ERROR " in line][:20]
-    assert bad == [], f"{len(bad)} failures (seed {fuzz.SEED}): {bad[:20]}\n" + "\n".join(errors)
+    log = d.log()
+    first_trace = log[log.index("Traceback") - 300:][:4000] if "Traceback" in log else ""
+    errors = [line for line in log.splitlines() if " ERROR " in line][:20]
+    assert bad == [], "\n".join([f"{len(bad)} failures (seed {fuzz.SEED}): {bad[:20]}", *errors,
+                                  first_trace])
     assert garbage == [], "\n".join([*garbage[:20], "svcd's log ends:",
                                       *d.log().splitlines()[-40:]])
     assert after - before < RSS_GROWTH_MAX, (before >> 20, after >> 20)
