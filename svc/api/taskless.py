@@ -58,6 +58,7 @@ class TasklessStream:
         self.fd = sock.fileno()
         self._opener = opener
         self._state = _ADOPTED
+        self._detach: Callable[[], None] | None = None
 
     def shrink_send_buffer(self, size: int) -> None:
         """As ``SocketWrites.shrink_send_buffer``: writes block after kilobytes."""
@@ -78,11 +79,20 @@ class TasklessStream:
         stream (``hand_over`` stops it)."""
         self._opener.hangups.watch(self.fd, callback)
 
+    def on_close(self, detach: Callable[[], None]) -> None:
+        """Call ``detach`` when the connection is closed while adopted, before its socket
+        is: whatever writes to the descriptor must let go of it first (its number is
+        another file's once it is closed). Not called after a hand-over."""
+        self._detach = detach
+
     def close(self) -> None:
         """Close the adopted connection (the stream is over; no task has it)."""
         if self._state != _ADOPTED:
             return
         self._state = _CLOSED
+        detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
         self._opener.release(self)
         self._opener.hangups.forget(self.fd)
         self.sock.close()
@@ -94,11 +104,12 @@ class TasklessStream:
         if self._state != _ADOPTED:
             return
         self._state = _HANDED_OVER
+        detach, self._detach = self._detach, None  # (the task lets go of it itself)
         self._opener.hangups.forget(self.fd)  # (the bare stream watches it from here on)
         try:
             self._opener.nursery.start_soon(self._serve, run)
         except RuntimeError:  # the server has stopped: nothing can go on
-            self._state = _ADOPTED
+            self._state, self._detach = _ADOPTED, detach
             self.close()
 
     async def _serve(self, run: Callable[[BareStream], Awaitable[None]]) -> None:

@@ -217,12 +217,12 @@ def _adopt(conn: TasklessStream, head: bytes, *, filters: Filters, version: Vers
         resume()
         return True
 
-    def gone() -> None:
+    def detach() -> None:  # (closed: by the client's going, or by the server's end)
         bus.fanout.forget(sub)  # (no hand-over: nothing is left to write)
         sub.close()
-        conn.close()
 
-    conn.when_gone(gone)
+    conn.on_close(detach)
+    conn.when_gone(conn.close)
     bus.fanout.adopt(sub, resume)
     return True
 
