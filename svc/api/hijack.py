@@ -53,7 +53,7 @@ from svc.errors import Unavailable
 EXTENSION = "svc.hijack"
 RECEIVE_BYTES = 1 << 20
 # the requests whose body is read from the socket by their view (``RawBody``)
-RAW_BODY_TARGET = re.compile(rb"(/v[0-9]+(\.[0-9]+)*)?/build(\?.*)?")
+RAW_BODY_TARGET = re.compile(rb"(/v[0-9]+(\.[0-9]+)*)?/(build|images/load)(\?.*)?")
 
 
 class _HijackTaskGroup:
@@ -207,7 +207,8 @@ class HijackH11Protocol(Refusals, H11Protocol):
             raise _BodyTaken
 
     def _raw_body_for(self, request: h11.Request) -> RawBody | None:
-        """A ``RawBody`` for a ``POST /build`` with a body on a plain socket, else None."""
+        """A ``RawBody`` for a ``POST /build`` or ``/images/load`` with a body on a plain
+        socket, else None."""
         if request.method != b"POST" or not RAW_BODY_TARGET.fullmatch(request.target):
             return None
         sock = plain_socket(self.send)

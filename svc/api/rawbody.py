@@ -1,16 +1,19 @@
-"""A build context read straight from the socket, by the thread that unpacks it.
+"""A build context or an image archive read straight from the socket, by the thread that
+unpacks it.
 
-A build context is tens of megabytes. Through hypercorn, h11 and Quart, every read of the
-socket (a unix socket gives about 200 KiB at a time: the client's send buffer) costs a trip
-through the event loop, three task switches and two copies before the unpacking thread sees
-it: the upload of 50 MB took twice as long as ``tar -c | tar -x``. So the protocol
-(``svc.api.hijack``) gives ``POST /build`` requests with a body on a plain socket a
+A build context is tens of megabytes (an image archive, hundreds). Through hypercorn, h11
+and Quart, every read of the socket (a unix socket gives about 200 KiB at a time: the
+client's send buffer) costs a trip through the event loop, three task switches and two
+copies before the unpacking thread sees it: the upload of 50 MB took twice as long as
+``tar -c | tar -x``. So the protocol (``svc.api.hijack``) gives ``POST /build`` and
+``POST /images/load`` requests with a body on a plain socket a
 ``RawBody`` instead: h11 parses the head only, the bytes after it are this body's, and once
 the body has more to come than hypercorn already read, hypercorn's read loop waits
 (``feed``) while the consumer reads the socket itself: a trio task with ``__anext__`` (the
 look at the first bytes, ``svc.engine.builder.early``), then the unpacking thread through
-``thread_file`` (``readv`` into its own buffer; the GIL is free while it waits). The HTTP/1.1
-framing (``Content-Length`` or chunked) is decoded here (``Dechunker``).
+``thread_file`` (``os.read``, a new bytes object per read, handed on without a copy; the GIL
+is free while it waits). The HTTP/1.1 framing (``Content-Length`` or chunked) is decoded
+here (``Dechunker``).
 
 After the body (or when its consumer gives up), hypercorn reads again: a client that goes
 away is seen as before and cancels the request. The connection is closed after the response
@@ -108,7 +111,10 @@ class Dechunker:
                 if not pieces:
                     raise
                 self._error = exc
-            out = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+            if len(pieces) == 1 and type(raw) is bytes and len(pieces[0]) == len(raw):
+                out = raw  # (all of it payload, and immutable: no copy)
+            else:
+                out = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
             for p in pieces:
                 p.release()
         return out
@@ -287,10 +293,10 @@ class _ThreadFile:
         self._body = body
         self._wake = wake
         self._fd = body._sock.fileno()
-        self._buf = bytearray(READ)
         self._out = b""
         self._pos = 0
         self.aborted = False
+        self._poller: select.poll | None = None  # (made at the first wait)
 
     def close_fds(self) -> None:
         os.close(self._wake)
@@ -340,33 +346,37 @@ class _ThreadFile:
             if eof:
                 raise BodyError("the request body ended early")
             assert parked
-            n = self._recv()
-            if n == 0:
+            data = self._recv()
+            if not data:
                 with body._lock:
                     body._eof = True
                 continue
-            self._out = self._body._dechunker.decode(memoryview(self._buf)[:n])
+            self._out = self._body._dechunker.decode(data)
             self._pos = 0
             if self._out:
                 return True
 
-    def _recv(self) -> int:
-        """One read of the socket into the buffer (waiting for it, or for the wake pipe)."""
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        poller.register(self._wake, select.POLLIN)
+    def _recv(self) -> bytes:
+        """One read of the socket (waiting for it, or for the wake pipe); b"" at its end.
+        The read is tried first: while a client sends a large body, the bytes are nearly
+        always there. Each read is a new bytes object, so that a body's payload goes on
+        without being copied (``Dechunker.decode``, then the readers of a load)."""
         while True:
-            for fd, _ in poller.poll():
-                if fd == self._wake:
-                    raise PumpAborted("the build was cancelled")
             try:
-                return os.readv(self._fd, [self._buf])
+                return os.read(self._fd, READ)
             except BlockingIOError:
-                continue
+                pass
             except OSError as exc:
                 if exc.errno in (errno.ECONNRESET, errno.EPIPE):
-                    return 0
+                    return b""
                 raise
+            if self._poller is None:
+                self._poller = select.poll()
+                self._poller.register(self._fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+                self._poller.register(self._wake, select.POLLIN)
+            for fd, _ in self._poller.poll():
+                if fd == self._wake:
+                    raise PumpAborted("the build was cancelled")
 
     def _done(self) -> None:
         self._body._token.run_sync_soon(self._body.release)

@@ -86,9 +86,10 @@ class Prefixed(io.RawIOBase):
     """A file that gives ``head`` (chunks already read from ``src``: the bytes sniffed here,
     or what a build looked at first) before the rest of ``src``."""
 
-    def __init__(self, head: Sequence[bytes], src: Any) -> None:
+    def __init__(self, head: Sequence[bytes], src: Any, *, views: bool = False) -> None:
         self._head = deque(c for c in head if c)
         self._src = src
+        self._views = views  # pass on a view of bytes as it comes (``open_chunks``)
 
     def readable(self) -> bool:
         return True
@@ -104,7 +105,11 @@ class Prefixed(io.RawIOBase):
                 self._head.appendleft(chunk[size:])
                 chunk = chunk[:size]
             return chunk
-        return bytes(self._src.read(size))
+        data = self._src.read(size)
+        if type(data) is bytes or (self._views and type(data) is memoryview
+                                    and type(data.obj) is bytes):
+            return cast(bytes, data)  # (a view of bytes stands in for bytes: ``open_chunks``)
+        return bytes(data)
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         readinto = getattr(self._src, "readinto", None)
@@ -189,16 +194,33 @@ def open_decompressed(stream: BinaryIO) -> BinaryIO:
     Cancellation: blocking and not a checkpoint; an abandoned reader holds no resources beyond
     its buffers.
     """
+    head, kind = _sniffed(stream)
+    raw: io.RawIOBase
+    raw = Prefixed([head], stream) if kind == "plain" else _Decompressing(stream, head, kind)
+    return cast(BinaryIO, io.BufferedReader(raw, CHUNK))
+
+
+def open_chunks(stream: BinaryIO) -> BinaryIO:
+    """As ``open_decompressed``, for a reader that takes whatever size a read gives (an image
+    archive's ``OuterTar``, a layer's ``TarReader``): an uncompressed stream's reads are
+    handed on as they come, with no buffer to copy them through, and may be memoryviews of
+    bytes (which never change) instead of bytes. A load's payload then goes
+    from the socket's read to the layer's files without being copied."""
+    head, kind = _sniffed(stream)
+    if kind == "plain":
+        return cast(BinaryIO, Prefixed([head], stream, views=True))
+    return cast(BinaryIO, io.BufferedReader(_Decompressing(stream, head, kind), CHUNK))
+
+
+def _sniffed(stream: BinaryIO) -> tuple[bytes, str]:
+    """The first bytes of ``stream`` (enough for every magic) and the compression they show."""
     head = b""
     while len(head) < len(XZ_MAGIC):
         more = stream.read(len(XZ_MAGIC) - len(head))
         if not more:
             break
         head += more
-    kind = sniff(head)
-    raw: io.RawIOBase
-    raw = Prefixed([head], stream) if kind == "plain" else _Decompressing(stream, head, kind)
-    return cast(BinaryIO, io.BufferedReader(raw, CHUNK))
+    return head, sniff(head)
 
 
 class PrefixDecoder:

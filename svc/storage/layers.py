@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 from svc.errors import Conflict, InvalidParameter, NotFound
 from svc.storage.atomic import DirSyncs, atomic_remove, atomic_write, fsync_dir
-from svc.storage.compression import open_decompressed
+from svc.storage.compression import open_chunks
 from svc.storage.layerinfo import LINK_DIR as LINK_DIR  # re-exported, as the rest below
 from svc.storage.layerinfo import STALE as STALE
 from svc.storage.layerinfo import TEMP_PREFIX as TEMP_PREFIX
@@ -167,7 +167,7 @@ class LayerStore:
         os.chmod(path / "diff", 0o755)
         try:
             with open(path / "skeleton", "wb") as skeleton:
-                result = apply_layer(open_decompressed(stream), path / "diff", skeleton,
+                result = apply_layer(open_chunks(stream), path / "diff", skeleton,
                                      path / STALE)
                 skeleton.flush()
                 os.fsync(skeleton.fileno())

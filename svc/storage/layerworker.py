@@ -62,7 +62,8 @@ class Hasher:
         self._hash = hashlib.sha256()
         self._worker = worker
 
-    def update(self, chunk: bytes) -> None:
+    def update(self, chunk: bytes | memoryview) -> None:
+        """Hash ``chunk`` (bytes, or a view of bytes: it must never change)."""
         self._worker.submit(self._hash.update, chunk)
 
     def hexdigest(self) -> str:

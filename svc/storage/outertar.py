@@ -21,6 +21,7 @@ class OuterTar:
     def __init__(self, src: BinaryIO) -> None:
         self._src = src
         self._buf = b""
+        self._view = memoryview(self._buf)
         self._pos = 0
 
     def _more(self) -> bool:
@@ -28,8 +29,10 @@ class OuterTar:
         if not data:
             return False
         if self._pos < len(self._buf):
-            data = self._buf[self._pos :] + data
-        self._buf, self._pos = data, 0
+            data = self._view[self._pos :].tobytes() + data
+        elif type(data) is not bytes:
+            data = bytes(data)
+        self._buf, self._view, self._pos = data, memoryview(data), 0
         return True
 
     def exact(self, n: int) -> bytes:
@@ -40,14 +43,16 @@ class OuterTar:
         self._pos += n
         return out
 
-    def chunk(self, n: int) -> bytes:
-        """Up to ``n`` bytes (at least one); no copy when a whole buffered chunk fits."""
+    def chunk(self, n: int) -> bytes | memoryview:
+        """Up to ``n`` bytes (at least one), never copied: the buffered chunk itself when it
+        fits whole, else a view of it (bytes: they never change)."""
         if self._pos >= len(self._buf) and not self._more():
             raise tarfile.ReadError("unexpected end of data")
+        out: bytes | memoryview
         if self._pos == 0 and len(self._buf) <= n:
             out = self._buf
         else:
-            out = self._buf[self._pos : self._pos + n]
+            out = self._view[self._pos : self._pos + n]
         self._pos += len(out)
         return out
 
@@ -128,7 +133,8 @@ class Member(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, n: int | None = -1) -> bytes:
+    def read(self, n: int | None = -1) -> bytes | memoryview:
+        """Up to ``n`` bytes of the member as the archive's reads hold them (``chunk``)."""
         if not self._left:
             return b""
         if n is None or n < 0:

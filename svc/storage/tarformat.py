@@ -108,7 +108,7 @@ class TarReader:
         self._stream = stream
         self._skel = skeleton
         self._hasher = hasher
-        self._buf = b""
+        self._buf: bytes | memoryview = b""
         self._view = memoryview(self._buf)
         self._pos = self._end = 0
         self._base = 0  # archive offset of self._buf[0]
@@ -134,7 +134,7 @@ class TarReader:
         pos = self._pos
         end = pos + pad + BLOCK
         if end <= self._end:
-            block = self._buf[end - BLOCK : end]
+            block = bytes(self._view[end - BLOCK : end])
             kind = block[156:157]
             if kind in _FAST_KINDS and block.isascii():
                 field = block[148:156]
@@ -251,10 +251,12 @@ class TarReader:
             n -= written
 
     def _fill(self) -> bool:
-        data = self._stream.read(CHUNK)
+        data: bytes | memoryview = self._stream.read(CHUNK)
         if not data:
             return False
-        if type(data) is not bytes:  # the hasher thread needs an immutable copy
+        # The hasher's thread needs bytes that never change: bytes, or a view of bytes
+        # (``compression.open_chunks``); anything else (a buffer its source reuses) is copied.
+        if type(data) is not bytes and not (type(data) is memoryview and type(data.obj) is bytes):
             data = bytes(data)
         self._hasher.update(data)
         self._base += self._end
@@ -266,7 +268,7 @@ class TarReader:
         """Consume up to ``n`` (small) metadata bytes, recorded verbatim; short only at EOF."""
         pos = self._pos
         if self._end - pos >= n:
-            data = self._buf[pos : pos + n]
+            data = bytes(self._view[pos : pos + n])
             self._pos = pos + n
         else:
             parts = bytearray()

@@ -12,6 +12,7 @@ import trio
 from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 
+from svc.api.hijack import raw_body
 from svc.api.params import qbool, qfilters, qstr
 from svc.api.progress import progress_lines
 from svc.api.shaping import json_response
@@ -174,7 +175,8 @@ async def load() -> Response:
     """A bad archive is answered as dockerd answers it: 200 and the error in the JSON
     stream (the SDK raises its ImageLoadError from that line); nothing is changed."""
     try:
-        lines = await load_images(images(), request.body)
+        # (read from the socket by the loading thread itself: ``svc.api.rawbody``)
+        lines = await load_images(images(), raw_body(request) or request.body)
     except Exception as exc:  # the load's nursery wraps what its tasks raise
         err = unwrap(exc)
         if not isinstance(err, InvalidParameter | NotFound):

@@ -23,10 +23,10 @@ import trio
 
 from svc.engine.images import config as imageconfig
 from svc.engine.images.service import Image, ImageService
-from svc.engine.streams import PrefetchReader, prefetching
+from svc.engine.streams import reading
 from svc.errors import InvalidParameter
 from svc.models.imageconfig import ImageConfig
-from svc.storage.compression import open_decompressed
+from svc.storage.compression import open_chunks
 from svc.storage.layers import LayerStore, StagedLayer
 from svc.storage.outertar import OuterTar
 from svc.wire import reference
@@ -34,6 +34,7 @@ from svc.wire import reference
 MAX_META = 16 << 20  # json files larger than this are not image metadata
 MAX_META_TOTAL = 64 << 20  # all metadata of one archive together
 META_NAMES = ("manifest.json", "repositories")
+DRAIN_READ = 1 << 20  # (a load given up reads the rest of its body in reads of this size)
 
 
 @dataclass
@@ -74,7 +75,7 @@ def read_archive(source: BinaryIO, layers: LayerStore) -> Archive:
     arc = Archive()
     try:
         # docker load accepts compressed archives too: sniffed, never trusted from headers
-        for m, body in OuterTar(open_decompressed(source)).members():
+        for m, body in OuterTar(open_chunks(source)).members():
             name = _clean(m.name)
             if name.endswith("layer.tar") or name.endswith(".tar.gz"):
                 if m.isfile():
@@ -214,13 +215,16 @@ def _tag_ref(name: str) -> reference.Reference:
 async def load_images(svc: ImageService, body: AsyncIterator[bytes]) -> list[str]:
     """Load every image of the archive; returns the "Loaded image..." lines."""
 
-    def read(reader: PrefetchReader) -> Archive:
+    def read(reader: BinaryIO) -> Archive:
         try:
-            return read_archive(reader, svc.layers)  # type: ignore[arg-type]
+            return read_archive(reader, svc.layers)
         finally:
-            reader.drain()
+            while reader.read(DRAIN_READ):  # (the client's request is read to its end)
+                pass
 
-    async with prefetching(body) as reader:
+    # A request body the thread can read from the socket itself (``ThreadReadable``) is:
+    # no trip through the event loop per chunk.
+    async with reading(body) as reader:
         arc = await trio.to_thread.run_sync(read, reader)
     pinned: list[str] = []
     try:
