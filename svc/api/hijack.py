@@ -158,6 +158,10 @@ class HijackH11Protocol(Refusals, H11Protocol):
             await self._refuse(refused.status)
             return
         except _BodyTaken:
+            # The head is done: its timeout must not cut the body's upload short (a load of
+            # gigabytes takes minutes). Nothing is due while the view reads the body.
+            self.guard.head_done()
+            self.rearm()
             return
         conn = self.connection
         parsed = not isinstance(conn, h11.Connection) or conn.their_state is not h11.IDLE

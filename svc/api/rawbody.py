@@ -108,9 +108,9 @@ class Dechunker:
             try:
                 self.feed(view, pieces)
             except BodyError as exc:
+                self._error = exc  # (raised again by every later call: nothing follows it)
                 if not pieces:
                     raise
-                self._error = exc
             if len(pieces) == 1 and type(raw) is bytes and len(pieces[0]) == len(raw):
                 out = raw  # (all of it payload, and immutable: no copy)
             else:

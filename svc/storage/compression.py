@@ -142,6 +142,11 @@ class _Decompressing(io.RawIOBase):
         self._out = self._out[n:]
         return n
 
+    def _read(self) -> bytes:
+        """The next compressed bytes, as bytes (a source may give views: ``open_chunks``)."""
+        data = self._src.read(CHUNK)
+        return data if type(data) is bytes else bytes(data)
+
     def _corrupt(self, why: str) -> InvalidParameter:
         return InvalidParameter(f"invalid layer archive: corrupt {self._kind} data: {why}")
 
@@ -151,7 +156,7 @@ class _Decompressing(io.RawIOBase):
             self._next_member()
             return
         if self._d.needs_input and not self._input:
-            self._input = self._src.read(CHUNK)
+            self._input = self._read()
         data, self._input = self._input, b""
         try:
             self._out = memoryview(self._d.decompress(data, CHUNK))
@@ -164,13 +169,13 @@ class _Decompressing(io.RawIOBase):
         """After one gzip member / bzip2 or xz stream: start the next, or finish at EOF."""
         rest = self._d.unused_data + self._input
         while len(rest) < len(XZ_MAGIC) and rest.strip(b"\0"):
-            more = self._src.read(CHUNK)
+            more = self._read()
             if not more:
                 break
             rest += more
         if not rest.strip(b"\0"):
             # Zero padding after the last stream is tolerated, as gzip(1) and xz(1) do.
-            while more := self._src.read(CHUNK):
+            while more := self._read():
                 if more.strip(b"\0"):
                     raise self._corrupt("trailing garbage after the compressed data")
             self._done = True

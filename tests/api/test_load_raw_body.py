@@ -72,3 +72,26 @@ async def test_a_badly_framed_load_is_an_error_and_leaves_nothing(  # type: igno
             await trio.sleep(0.02)
     async with http_client(d.sock) as c:
         assert (await c.get("/images/broken:1/json")).status_code == 404
+
+
+async def test_a_load_slower_than_the_head_timeout_is_not_cut_short(  # type: ignore[no-untyped-def]
+        spawn) -> None:
+    """The head's timeout ends with the head: a body that takes longer to come (gigabytes
+    from a slow disk) is read to its end."""
+    d = spawn(env={"SVC_HEAD_TIMEOUT": "1"})
+    archive = _archive("slow:1")
+    s = await connect(d.sock)
+    async with s:
+        buf = bytearray()
+        await s.send_all(("POST /v1.23/images/load HTTP/1.1\r\nHost: d\r\nContent-Type: "
+                          f"application/x-tar\r\nContent-Length: {len(archive)}\r\n\r\n"
+                          ).encode())
+        half = len(archive) // 2
+        await s.send_all(archive[:half])
+        await trio.sleep(2.5)  # past the head timeout and its slot
+        await s.send_all(archive[half:])
+        with trio.fail_after(60):
+            answer = await read_head(s, buf)
+            rest = await read_until_eof(s, buf)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert b"Loaded image: slow:1" in rest, rest

@@ -12,6 +12,7 @@ store unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import tarfile
@@ -68,6 +69,12 @@ def _clean(name: str) -> str:
     if name.startswith(("/", "../")) or name == "..":
         raise InvalidParameter(f"invalid image archive: entry {name!r} escapes the archive")
     return name
+
+
+def _drain(reader: BinaryIO) -> None:
+    """Read the client's request to its end (the answer comes after it)."""
+    while reader.read(DRAIN_READ):
+        pass
 
 
 def read_archive(source: BinaryIO, layers: LayerStore) -> Archive:
@@ -217,10 +224,14 @@ async def load_images(svc: ImageService, body: AsyncIterator[bytes]) -> list[str
 
     def read(reader: BinaryIO) -> Archive:
         try:
-            return read_archive(reader, svc.layers)
-        finally:
-            while reader.read(DRAIN_READ):  # (the client's request is read to its end)
-                pass
+            arc = read_archive(reader, svc.layers)
+        except BaseException:
+            # (a body that cannot be read on, badly framed, say: the first error stands)
+            with contextlib.suppress(InvalidParameter):
+                _drain(reader)
+            raise
+        _drain(reader)
+        return arc
 
     # A request body the thread can read from the socket itself (``ThreadReadable``) is:
     # no trip through the event loop per chunk.

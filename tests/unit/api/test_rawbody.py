@@ -85,6 +85,25 @@ def test_bad_framing_after_payload_comes_after_that_payload() -> None:
         d.decode(bytearray(b"more"))
 
 
+def test_a_framing_error_is_raised_again_by_every_later_read() -> None:
+    """A read that holds only the error (no payload before it) raises it, and so does every
+    later one: a reader that reads on after it (a load drains its body) must not wait on a
+    client that is waiting for the answer."""
+    d = Dechunker(None)
+    assert d.decode(b"3\r\nabc\r\n") == b"abc"
+    for _ in range(2):
+        with pytest.raises(BodyError, match="chunk size b'zz'"):
+            d.decode(b"zz\r\n" if _ == 0 else b"")
+    with pytest.raises(BodyError, match="chunk size b'zz'"):
+        d.raise_pending()
+
+
+def test_a_read_that_is_all_payload_is_handed_on_as_it_is() -> None:
+    data = os.urandom(1000)
+    assert Dechunker(5000).decode(data) is data  # (the load's reads: not copied)
+    assert Dechunker(500).decode(data) == data[:500]
+
+
 def _drain(f: object) -> None:
     while f.read(65536):  # type: ignore[attr-defined]
         pass

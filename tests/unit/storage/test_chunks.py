@@ -98,6 +98,23 @@ def test_member_data_are_views_of_the_archive_s_reads_never_copies() -> None:
             assert body.readall() == b"[]"
 
 
+def test_a_compressed_layer_in_an_archive_decompresses_from_views() -> None:
+    """A gzip layer member read through ``open_chunks`` gets views from the outer tar; the
+    zero padding after its stream is tolerated, as gzip(1) does."""
+    layer = _layer(FILES)
+    blob = gzip.compress(layer) + b"\0" * 300_000  # (past the read that ends the stream)
+    outer = OuterTar(open_chunks(Reads(_archive(blob), 100_000)))  # type: ignore[arg-type]
+    for m, body in outer.members():
+        if m.name == "abc/layer.tar":
+            f = open_chunks(body)  # type: ignore[arg-type]
+            out = b""
+            while data := f.read(1 << 20):
+                out += data
+            assert out == layer
+        else:
+            assert body.readall() == b"[]"
+
+
 def _applied(tmp_path: Path, name: str, src: Reads) -> tuple[str, dict[str, bytes]]:
     dest = tmp_path / name
     dest.mkdir()
