@@ -16,7 +16,7 @@ from tests.builds.test_build_raw_body import _chunked, _dechunk
 from tests.conftest import http_client
 from tests.support import images as timg
 from tests.support.daemon import Daemon
-from tests.support.http import connect, header, read_head, read_until_eof
+from tests.support.http import closing_exchange, connect, header, read_head, read_until_eof
 
 
 def _archive(tag: str) -> bytes:
@@ -25,17 +25,9 @@ def _archive(tag: str) -> bytes:
 
 
 async def _load(d: Daemon, extra: str, body: bytes) -> tuple[bytes, list[dict[str, str]]]:
-    s = await connect(d.sock)
-    async with s:
-        buf = bytearray()
-        await s.send_all(("POST /v1.23/images/load?quiet=1 HTTP/1.1\r\nHost: d\r\n"
-                          f"Content-Type: application/x-tar\r\n{extra}\r\n").encode())
-        await s.send_all(body)
-        with trio.fail_after(60):
-            answer = await read_head(s, buf)
-            rest = await read_until_eof(s, buf)  # Connection: close: the server ends it
-    assert answer.startswith(b"HTTP/1.1 200 "), answer
-    assert header(answer, "Connection") == "close", answer
+    answer, rest = await closing_exchange(
+        d.sock, ("POST /v1.23/images/load?quiet=1 HTTP/1.1\r\nHost: d\r\n"
+                 f"Content-Type: application/x-tar\r\n{extra}\r\n").encode(), body)
     data = _dechunk(rest) if header(answer, "Transfer-Encoding") == "chunked" else rest
     return answer, [json.loads(line) for line in data.decode().splitlines() if line]
 

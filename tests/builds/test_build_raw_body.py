@@ -17,7 +17,7 @@ import trio
 from tests.builds.conftest import BASE, built_id, messages
 from tests.builds.test_build_streaming import _nothing_left
 from tests.support.daemon import Daemon
-from tests.support.http import connect, header, read_head, read_until_eof
+from tests.support.http import closing_exchange, connect, header, read_head
 
 BIG = os.urandom(3 << 20)
 
@@ -55,19 +55,7 @@ async def _exchange(sock: str, head: bytes, body: bytes, *, expect: bool = False
                     ) -> tuple[bytes, list[dict[str, object]]]:
     """Send a request (waiting for ``100 Continue`` with ``expect``) and read the answer to
     the end: (head, messages)."""
-    s = await connect(sock)
-    async with s:
-        buf = bytearray()
-        await s.send_all(head)
-        if expect:
-            interim = await read_head(s, buf)
-            assert interim.startswith(b"HTTP/1.1 100 "), interim
-        await s.send_all(body)
-        with trio.fail_after(60):
-            answer = await read_head(s, buf)
-            rest = await read_until_eof(s, buf)  # Connection: close: the server ends it
-    assert answer.startswith(b"HTTP/1.1 200 "), answer
-    assert header(answer, "Connection") == "close", answer
+    answer, rest = await closing_exchange(sock, head, body, expect=expect)
     return answer, messages(_dechunk(rest).decode())
 
 

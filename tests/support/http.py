@@ -49,3 +49,24 @@ def dechunk(body: bytes) -> bytes:
             return bytes(out)
         out += body[j + 2 : j + 2 + size]
         i = j + 2 + size + 2
+
+
+async def closing_exchange(sock: str | object, head: bytes, body: bytes, *,
+                           expect: bool = False) -> tuple[bytes, bytes]:
+    """Send a request whose body the server reads from the socket itself (``RawBody``:
+    waiting for ``100 Continue`` first with ``expect``) and read the answer to the end: it
+    is a 200 that closes the connection (``Connection: close``). Returns (head, the rest)."""
+    s = await connect(sock)
+    async with s:
+        buf = bytearray()
+        await s.send_all(head)
+        if expect:
+            interim = await read_head(s, buf)
+            assert interim.startswith(b"HTTP/1.1 100 "), interim
+        await s.send_all(body)
+        with trio.fail_after(60):
+            answer = await read_head(s, buf)
+            rest = await read_until_eof(s, buf)  # Connection: close: the server ends it
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert header(answer, "Connection") == "close", answer
+    return answer, rest
