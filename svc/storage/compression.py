@@ -106,10 +106,9 @@ class Prefixed(io.RawIOBase):
                 chunk = chunk[:size]
             return chunk
         data = self._src.read(size)
-        if type(data) is bytes or (self._views and type(data) is memoryview
-                                    and type(data.obj) is bytes):
-            return cast(bytes, data)  # (a view of bytes stands in for bytes: ``open_chunks``)
-        return bytes(data)
+        if self._views:  # (a view of bytes stands in for bytes: ``open_chunks``)
+            return cast(bytes, unchanging(data))
+        return data if type(data) is bytes else bytes(data)
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         readinto = getattr(self._src, "readinto", None)
@@ -215,6 +214,15 @@ def open_chunks(stream: BinaryIO) -> BinaryIO:
     if kind == "plain":
         return cast(BinaryIO, Prefixed([head], stream, views=True))
     return cast(BinaryIO, io.BufferedReader(_Decompressing(stream, head, kind), CHUNK))
+
+
+def unchanging(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """``data`` itself when its bytes can never change (bytes, or a view of bytes: what
+    ``open_chunks`` hands out), else a bytes copy. A chunk that another thread reads later
+    (the layer's hashing thread) must be one of these: a source may reuse its buffer."""
+    if type(data) is bytes or (type(data) is memoryview and type(data.obj) is bytes):
+        return data
+    return bytes(data)
 
 
 def _sniffed(stream: BinaryIO) -> tuple[bytes, str]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from svc.errors import SystemError_
 from svc.storage import tarsparse
+from svc.storage.compression import unchanging
 from svc.storage.tarfields import BLOCK as BLOCK  # re-exported: the layer modules' too
 from svc.storage.tarfields import bad as bad
 from svc.storage.tarfields import checksum_ok, num, pax_records, pax_time_ns
@@ -108,10 +109,9 @@ class TarReader:
         self._stream = stream
         self._skel = skeleton
         self._hasher = hasher
-        self._buf: bytes | memoryview = b""
-        self._view = memoryview(self._buf)
+        self._view = memoryview(b"")  # the chunk read last
         self._pos = self._end = 0
-        self._base = 0  # archive offset of self._buf[0]
+        self._base = 0  # archive offset of self._view[0]
         self._left = 0  # unread payload of the current entry
         self._pad = 0  # and the padding after it
         # (mode, uid, gid) by their header bytes: the entries of a layer share a few of them.
@@ -251,16 +251,13 @@ class TarReader:
             n -= written
 
     def _fill(self) -> bool:
-        data: bytes | memoryview = self._stream.read(CHUNK)
+        data = self._stream.read(CHUNK)
         if not data:
             return False
-        # The hasher's thread needs bytes that never change: bytes, or a view of bytes
-        # (``compression.open_chunks``); anything else (a buffer its source reuses) is copied.
-        if type(data) is not bytes and not (type(data) is memoryview and type(data.obj) is bytes):
-            data = bytes(data)
-        self._hasher.update(data)
+        chunk = unchanging(data)  # (the hasher's thread reads it later)
+        self._hasher.update(chunk)
         self._base += self._end
-        self._buf, self._view = data, memoryview(data)
+        self._view = memoryview(chunk)
         self._pos, self._end = 0, len(data)
         return True
 
