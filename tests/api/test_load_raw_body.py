@@ -87,3 +87,18 @@ async def test_a_load_slower_than_the_head_timeout_is_not_cut_short(  # type: ig
             rest = await read_until_eof(s, buf)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     assert b"Loaded image: slow:1" in rest, rest
+
+
+async def test_a_whole_archive_with_broken_framing_after_it_loads_nothing(  # type: ignore[no-untyped-def]
+        spawn) -> None:
+    """The archive is read whole, then the body's framing breaks: an error, and the layers
+    already unpacked are discarded, not left staged."""
+    d = spawn()
+    before = store_state(d)
+    body = _chunked(_archive("after:1"), 65536)
+    body = body[: -len(b"0\r\nX-Checksum: none\r\n\r\n")] + b"zz\r\n"
+    _, msgs = await _load(d, "Transfer-Encoding: chunked\r\n", body)
+    assert msgs[-1]["error"] == "bad chunked request body: chunk size b'zz'", msgs
+    assert store_state(d) == before
+    async with http_client(d.sock) as c:
+        assert (await c.get("/images/after:1/json")).status_code == 404

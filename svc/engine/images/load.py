@@ -230,7 +230,11 @@ async def load_images(svc: ImageService, body: AsyncIterator[bytes]) -> list[str
             with contextlib.suppress(InvalidParameter):
                 _drain(reader)
             raise
-        _drain(reader)
+        try:
+            _drain(reader)
+        except BaseException:  # (what follows the archive is broken: nothing is loaded)
+            discard(arc, svc.layers)
+            raise
         return arc
 
     # A request body the thread can read from the socket itself (``ThreadReadable``) is:
