@@ -13,7 +13,7 @@ Floors: the same bytes through a bare trio socket pair (``floor_socketpair``), a
   that writes 200 MiB of 1000-byte lines in 1 MiB writes; MB/s of payload until the stream
   ends (the clock starts before the start request).
 * exec latency: create + start (hijacked) of ``true`` until the stream closes, median of 30;
-  svcd's own CPU time (utime+stime of /proc/PID/stat) over those execs, per exec.
+  svcd's own CPU time (utime+stime, from its CPU clock) over those execs, per exec.
 * stats one-shot: ``GET /stats?stream=false`` of a running container, median of 20.
 * stats 100 streams: 100 running containers, one ``stats`` stream each for 10 s: svcd's CPU.
 * events: 100 subscribers while 100 containers are created, started, stopped and removed;

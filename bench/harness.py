@@ -155,7 +155,17 @@ def proc_status_kib(pid: int) -> dict[str, int]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
+    """User + system CPU time a process has used so far (all its threads, those that ended
+    too; not its children), to the nanosecond.
+
+    ``/proc/PID/stat`` counts in clock ticks (10 ms): 100 streams opened at 0.05 ms each read
+    as 0 or 0.1 ms. The process's CPU clock (``clock_getcpuclockid``: the clock id is
+    ``(~pid << 3) | 2``, Linux's process-wide scheduler clock) is the same sum, exact. The
+    ticks are the fallback where that clock cannot be read."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        pass
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
