@@ -31,7 +31,15 @@ from bench import dockerapi
 from bench.bench_requests import floor
 from bench.context import Context
 from bench.engines import Engine
-from bench.harness import PYTHON, REPO, Target, cpu_seconds, read_head, request_bytes
+from bench.harness import (
+    PYTHON,
+    REPO,
+    Target,
+    core_wait_seconds,
+    cpu_seconds,
+    read_head,
+    request_bytes,
+)
 from bench.httpload import run_load
 from bench.sbs import Metric, Spec
 
@@ -135,11 +143,16 @@ PS = Spec("ps_100_clients", "GET /containers/json from 100 concurrent clients, 5
 # -- event streams ------------------------------------------------------------------------
 
 
-def _open_streams(sock: Path, cpu: Callable[[], float]) -> dict[str, float]:
+def _open_streams(sock: Path, cpu: Callable[[], float],
+                  pids: list[int]) -> dict[str, float]:
     """50 ``GET /events`` opened one after another, each to its head; then 50 sent at once;
-    with the server's CPU per stream opened and closed."""
+    with the server's CPU per stream opened and closed. Beside the opens one after another,
+    how long this client and the server's threads (``pids``) waited for a core: a ping-pong of
+    one request at a time pays each side's wake-up, so under contention that wait, not the
+    server's work, is what grows."""
     out: dict[str, float] = {}
     cpu0 = cpu()
+    waits0 = core_wait_seconds(), sum(core_wait_seconds(p) for p in pids)
     t0 = time.perf_counter()
     socks = []
     for _ in range(STREAMS):
@@ -149,6 +162,8 @@ def _open_streams(sock: Path, cpu: Callable[[], float]) -> dict[str, float]:
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"GET /events: {head[:100]!r}")
     out["sequential"] = 1000 * (time.perf_counter() - t0)
+    out["wait_client"] = 1000 * (core_wait_seconds() - waits0[0])
+    out["wait_server"] = 1000 * (sum(core_wait_seconds(p) for p in pids) - waits0[1])
     for s in socks:
         s.close()
     time.sleep(SETTLE_S)
@@ -165,17 +180,22 @@ def _open_streams(sock: Path, cpu: Callable[[], float]) -> dict[str, float]:
 
 
 def _events_open(ctx: Context, eng: Engine, state: Any) -> dict[str, float]:
-    out = _open_streams(eng.socket, eng.cpu)
+    out = _open_streams(eng.socket, eng.cpu, eng.groups["daemon"])
     if eng.name == "svc":  # the same opens against the bare trio floor (one head each)
         srv = floor(ctx)
         out.update({f"floor_{k}": v for k, v in
-                    _open_streams(srv.socket, lambda: cpu_seconds(srv.pid)).items()})
+                    _open_streams(srv.socket, lambda: cpu_seconds(srv.pid), [srv.pid]).items()
+                    if not k.startswith("wait_")})
     return out
 
 
 EVENTS_OPEN = Spec("events_open", "time to open 50 GET /events streams (to each head)", (
     Metric("sequential", "open 50 /events streams, one after another", "ms",
            Target("<=", 34.0), Target("<=", 1.0), note="reference 19-34 ms (issue 27)"),
+    Metric("wait_client", "  of which this client waited for a core", "ms", burn=False,
+           note="/proc/thread-self/schedstat: runnable, not running"),
+    Metric("wait_server", "  of which the daemon's threads waited for a core", "ms",
+           burn=False, note="/proc/PID/task/*/schedstat"),
     Metric("at_once", "open 50 /events streams, sent at once", "ms", None, Target("<=", 1.0)),
     Metric("cpu", "daemon CPU per stream opened and closed", "ms"),
     Metric("floor_sequential", "the same 50 one after another, bare trio floor server", "ms",

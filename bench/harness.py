@@ -171,6 +171,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def core_wait_seconds(pid: int | None = None) -> float:
+    """Time the threads of ``pid`` (None: the calling thread) have spent runnable but waiting
+    for a core, so far (``/proc/.../schedstat``'s second field, ns; live threads only)."""
+    if pid is None:
+        paths = [Path("/proc/thread-self/schedstat")]
+    else:
+        paths = list(Path(f"/proc/{pid}/task").glob("*/schedstat"))
+    total = 0
+    for path in paths:
+        try:
+            total += int(path.read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that just ended
+            continue
+    return total / 1e9
+
+
 def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:
