@@ -7,7 +7,8 @@ accept: a client that opens fifty event streams at once gets them all in one rou
 **First bytes at accept.** A plain connection's first bytes are read as it is accepted (a
 client sends its request right after connecting). A live events stream asked for there is
 opened without any task (``svc.api.taskless``); every other connection's task starts from
-the bytes read.
+the bytes read. A connection whose bytes have not come yet waits for them with no task
+(``svc.api.arrivals``), and goes on the same way when they come.
 
 **Running out of descriptors is survived.** trio's own accept loop logs a traceback ten times
 a second while ``accept`` fails with EMFILE and answers nothing. Here one descriptor is kept in
@@ -159,19 +160,32 @@ async def _accept_waiting(raw: socket.socket) -> list[socket.socket]:
     return out
 
 
-Handler = Callable[[Any, "bytes | None"], Awaitable[None]]
+# handler(stream, first bytes or None if none came yet, when it was accepted if it waited)
+Handler = Callable[[Any, "bytes | None", "float | None"], Awaitable[None]]
 Offer = Callable[[socket.socket, bytes], bool]
+OnBytes = Callable[[socket.socket, bytes, "float | None"], None]  # (socket, first, accepted at)
+Park = Callable[[socket.socket, OnBytes], bool]  # ``Arrivals.wait``
 
 
 async def accept_loop(listener: Any, handler: Handler, nursery: trio.Nursery,
-                      raw: socket.socket | None, offer: Offer | None = None) -> None:
+                      raw: socket.socket | None, offer: Offer | None = None,
+                      park: Park | None = None) -> None:
     """Accept connections on ``listener`` (``raw``: its socket, when it is plain) and serve
-    each with ``handler(stream, first)`` in ``nursery``, until cancelled.
+    each with ``handler(stream, first, accepted_at)`` in ``nursery``, until cancelled.
 
-    A plain connection's first bytes are read at once (``first``: None when none had come
-    yet) and ``offer``ed first: a connection it takes needs no task (``svc.api.taskless``)."""
+    A plain connection's first bytes are read at once and ``offer``ed first: a connection it
+    takes needs no task (``svc.api.taskless``). One whose bytes have not come yet is
+    ``park``ed until they come (``svc.api.arrivals``), then taken on the same way; without a
+    ``park`` (or when it refuses) its task starts at once with ``first`` None."""
     plain = raw is not None
     reserve = _Reserve()
+
+    def on_bytes(sock: socket.socket, first: bytes | None, accepted_at: float | None) -> None:
+        if first and offer is not None and offer(sock, first):
+            return
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        nursery.start_soon(_run_handler, stream, handler, first, accepted_at)
+
     try:
         async with listener:
             while True:
@@ -191,14 +205,13 @@ async def accept_loop(listener: Any, handler: Handler, nursery: trio.Nursery,
                 reserve.take()
                 if raw is None:
                     for stream in streams:
-                        nursery.start_soon(_run_handler, stream, handler, None)
+                        nursery.start_soon(_run_handler, stream, handler, None, None)
                     continue
                 for sock in socks:
                     first = read_now(sock)
-                    if first and offer is not None and offer(sock, first):
+                    if first is None and park is not None and park(sock, on_bytes):
                         continue
-                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-                    nursery.start_soon(_run_handler, stream, handler, first)
+                    on_bytes(sock, first, None)
     finally:
         reserve.release()
 
@@ -214,9 +227,10 @@ def read_now(sock: socket.socket) -> bytes | None:
         return b""
 
 
-async def _run_handler(stream: Any, handler: Handler, first: bytes | None) -> None:
+async def _run_handler(stream: Any, handler: Handler, first: bytes | None,
+                       accepted_at: float | None) -> None:
     try:
-        await handler(stream, first)
+        await handler(stream, first, accepted_at)
     finally:
         sock = getattr(stream, "socket", None)
         if sock is None or sock.fileno() != -1:  # (the connection closed it, nearly always)

@@ -40,6 +40,7 @@ from hypercorn.utils import repr_socket_addr
 
 from svc.api import limits
 from svc.api.accepting import OPEN, accept_loop, listeners_of
+from svc.api.arrivals import Arrivals
 from svc.api.barestream import first_bytes, serve_bare
 from svc.api.clock import ConnectionClock
 from svc.api.fastpath import PlainRoutes, Reply
@@ -56,6 +57,7 @@ class ServerContext(WorkerContext):
         super().__init__(None)
         self.clock = ConnectionClock()
         self.hangups = HangupWatch()
+        self.arrivals = Arrivals(self.clock)
 
 
 class IdleFlag:
@@ -87,6 +89,7 @@ class Connection(TCPServer):
     opened_at: float | None = None  # (a plain socket's: its head is due HEAD_TIMEOUT after)
     _first_read = False  # waiting for the client's first bytes (``first_bytes``)
     first: bytes | None = None  # a plain socket's first bytes, read at accept (if any came)
+    accepted_at: float | None = None  # when it was accepted, if its first bytes were waited for
     plain: PlainRoutes | None = None  # set by ``svc.api.hijack.install``
     max_connections = 1 << 30  # (likewise)
 
@@ -123,7 +126,8 @@ class Connection(TCPServer):
         context = cast(ServerContext, self.context)
         sock = stream.socket
         self._fd = sock.fileno()
-        self.opened_at = trio.current_time()
+        self.opened_at = self.accepted_at if self.accepted_at is not None \
+            else trio.current_time()
         try:
             first = self.first
             if first is None:  # (nothing had come when it was accepted)
@@ -255,6 +259,7 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
         async with trio.open_nursery() as clock_nursery:
             clock_nursery.start_soon(context.clock.run)
             clock_nursery.start_soon(context.hangups.run)
+            clock_nursery.start_soon(context.arrivals.run)
             async with trio.open_nursery() as server_nursery:
                 listeners = listeners_of(config, sockets)
                 binds = [f"{scheme}://{repr_socket_addr(sock.family, sock.getsockname())}"
@@ -263,9 +268,11 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                          for sock in socks]
                 state = ConnectionState(lifespan_state.copy())
 
-                async def handler(stream: Any, first: bytes | None) -> None:
+                async def handler(stream: Any, first: bytes | None,
+                                  accepted_at: float | None) -> None:
                     conn = Connection(app, config, context, state, stream)
                     conn.first = first
+                    conn.accepted_at = accepted_at
                     await conn.run()
 
                 opener = stream_opener(Connection.plain, context, server_nursery,
@@ -276,11 +283,13 @@ async def serve(app: AppWrapper, config: Config, *, sockets: Sockets,
                         for listener, raw in listeners:
                             accepting.start_soon(accept_loop, listener, handler,
                                                  server_nursery, raw,
-                                                 None if opener is None else opener.offer)
+                                                 None if opener is None else opener.offer,
+                                                 context.arrivals.wait)
                         await shutdown_trigger()
                         accepting.cancel_scope.cancel()
                 finally:
                     await context.terminated.set()
+                    context.arrivals.close_all()  # (nothing was asked on them)
                     for conn in list(OPEN.connections):
                         server_nursery.start_soon(conn.close_if_idle)
                     server_nursery.cancel_scope.deadline = trio.current_time() + \

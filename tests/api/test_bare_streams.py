@@ -2,8 +2,9 @@
 the accept loop with no task (svc.api.taskless): many opened at once, each given what a stream
 opened the full way gets, and closed when its client goes, whatever the client sent after its
 request; a client that stops reading gets every event in order once it reads again; streams
-count against the connection limit; a connection that never sent a byte does not hold up the
-daemon's shutdown."""
+count against the connection limit, and so do connections that have not sent their first
+byte yet (``svc.api.arrivals``), which are served like any other once they do; a connection
+that never sent a byte does not hold up the daemon's shutdown."""
 
 from __future__ import annotations
 
@@ -105,6 +106,42 @@ def test_what_a_client_sends_after_its_request_is_dropped(d: Daemon) -> None:
     assert settled_fds(d, before) <= before
 
 
+def _late(d: Daemon, request: bytes) -> socket.socket:
+    """A client slow to write: its request comes after the daemon has accepted it (as two
+    accepts in three under CPU contention)."""
+    s = _open(d)
+    time.sleep(0.2)
+    s.sendall(request)
+    return s
+
+
+def test_requests_whose_bytes_come_after_the_accept_are_served_alike(d: Daemon) -> None:
+    before = quiet_fds(d)
+    streams = [_late(d, EVENTS) for _ in range(3)]
+    bufs = [bytearray() for _ in streams]
+    for s, buf in zip(streams, bufs, strict=True):
+        _head(s, buf)
+    _create_volume(d, "bare-late")
+    for s, buf in zip(streams, bufs, strict=True):
+        assert _event(s, buf)["Actor"] == {"ID": "bare-late",
+                                           "Attributes": {"driver": "local"}}
+    with _late(d, b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n") as ping:
+        assert ping.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    body = json.dumps({"Name": "bare-late-2"}).encode()
+    with _late(d, b"POST /v1.23/volumes/create HTTP/1.1\r\nHost: docker\r\nContent-Type: "
+               b"application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)) as post:
+        assert post.recv(65536).startswith(b"HTTP/1.1 201")
+    for s, buf in zip(streams, bufs, strict=True):
+        assert _event(s, buf)["Actor"]["ID"] == "bare-late-2"  # type: ignore[index]
+        s.close()
+    for _ in range(5):  # clients that went before they wrote anything
+        _open(d).close()
+    with _open(d) as gone:
+        gone.shutdown(socket.SHUT_WR)
+        assert gone.recv(10) == b""
+    assert settled_fds(d, before) <= before
+
+
 def test_a_half_close_ends_the_stream(d: Daemon) -> None:
     """The client's EOF means it has gone (as dockerd reads it): the daemon closes too."""
     before = quiet_fds(d)
@@ -193,6 +230,25 @@ def test_streams_count_against_the_connection_limit() -> None:
             time.sleep(0.05)
         assert head.startswith(b"HTTP/1.1 200"), head
         for s in streams:
+            s.close()
+    finally:
+        d.cleanup()
+
+
+def test_connections_yet_to_send_count_against_the_connection_limit() -> None:
+    """Eight connections that have sent nothing yet fill a limit of eight: a stream asked
+    for then is refused with 503. Once one of them sends its request it is served."""
+    d = Daemon(env={"SVC_MAX_CONNECTIONS": "8"}).start()
+    try:
+        base = quiet_fds(d)  # (the start's pings have closed)
+        silent = [_open(d) for _ in range(8)]
+        time.sleep(0.2)  # (each accepted, and found with nothing to read)
+        with _open(d, EVENTS) as over:
+            assert over.recv(65536).startswith(b"HTTP/1.1 503")
+        assert settled_fds(d, base + 8) == base + 8  # (the refused one has gone)
+        silent[0].sendall(EVENTS)
+        _head(silent[0], bytearray())
+        for s in silent:
             s.close()
     finally:
         d.cleanup()
