@@ -2,9 +2,11 @@
 
 Policy (see docs/architecture.md):
 * ``publish`` never blocks and never waits on a subscriber: it appends the event to one shared,
-  bounded log and wakes the subscribers that are waiting. Its cost does not grow with the
-  number of subscribers, and neither does memory: subscribers share the log and each holds
-  only a cursor into it.
+  bounded log and wakes the subscribers that are waiting. Memory does not grow with the
+  number of subscribers: they share the log and each holds only a cursor into it. The
+  subscribers the fan-out holds (caught up, on plain sockets) get the first event after a
+  quiet spell at once, one non-blocking write each (``svc.engine.fanout``); the rest of a
+  burst goes in one round behind it.
 * A subscriber more than ``SUBSCRIBER_LAG`` events behind (its client is not reading) is cut
   off: its stream ends with an error object that says why, instead of stalling the others.
 * ``subscribe`` is synchronous: the replay snapshot and the live cursor are taken with no
@@ -303,7 +305,9 @@ class EventBus:
                 attributes: Mapping[str, str] | None = None, *, at_ns: int | None = None
                 ) -> Event:
         """Record an event (``at_ns``: when it happened, if not now) and wake the subscribers.
-        Never blocks; O(1) in subscribers."""
+        Never blocks. The subscribers the fan-out holds get it now, by non-blocking writes,
+        unless a fan-out round is pending (``FanOut.publish_now``); for the others it is
+        O(1)."""
         ev = Event(type, action, actor_id, dict(attributes or {}), at_ns or time.time_ns())
         self._append(ev)
         if self._seq % SCAN_EVERY == 0:
@@ -312,7 +316,7 @@ class EventBus:
             self._pending.append(ev)
         if self._lot:
             self._lot.unpark_all()
-        self.fanout.poke()
+        self.fanout.publish_now(self)
         return ev
 
     def subscribe(self, filters: Mapping[str, Iterable[str]] | None = None, *,

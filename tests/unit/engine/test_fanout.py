@@ -1,12 +1,15 @@
 """The bus's fan-out (svc.engine.fanout): caught-up subscribers with a direct writer get
-their events from one task; a writer that cannot take a batch hands its subscriber back to
-its own task, with nothing lost, repeated or reordered."""
+their events from one task, or from ``publish`` itself for the first event after a quiet
+spell; a writer that cannot take a batch hands its subscriber back to its own task, with
+nothing lost, repeated or reordered; a writer that raises never reaches the publisher."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
+from svc.engine import fanout
 from svc.engine.events import Event, EventBus, Subscription
 
 
@@ -130,4 +133,52 @@ async def test_an_adopted_subscriber_is_handed_back_by_a_call_once() -> None:
         bus.close()
         assert calls == ["full", "ends"]
         assert subs["ends"].error == "the daemon is shutting down"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_first_event_after_a_quiet_spell_is_written_as_it_is_published() -> None:
+    """Held subscribers get an event in ``publish`` itself (no checkpoint) when no round is
+    pending or recent; the rest of a burst follows in one round; after a quiet spell the
+    next event goes out at once again."""
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        batches: list[list[str]] = []
+        sub = bus.subscribe()
+        sub.direct = lambda batch: batches.append([ev.actor_id for ev in batch]) or True
+        nursery.start_soon(consume, sub, Writer(), [])
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(2 * fanout.QUIET_S)
+        bus.publish("container", "start", "a")
+        assert batches == [["a"]]  # (no checkpoint since the publish)
+        for name in "bcd":
+            bus.publish("container", "start", name)
+        assert batches == [["a"]]
+        await trio.testing.wait_all_tasks_blocked()
+        assert batches == [["a"], ["b", "c", "d"]]
+        await trio.sleep(2 * fanout.QUIET_S)
+        bus.publish("container", "stop", "e")
+        assert batches == [["a"], ["b", "c", "d"], ["e"]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_writer_that_raises_never_reaches_the_publisher(
+        caplog: pytest.LogCaptureFixture) -> None:
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        broken, fine = bus.subscribe(), bus.subscribe()
+
+        def fails(batch: list[Event]) -> bool:
+            raise RuntimeError("a bug")
+
+        broken.direct, writer = fails, Writer()
+        fine.direct = writer
+        for sub in (broken, fine):
+            bus.fanout.adopt(sub, lambda: None)
+        await trio.sleep(2 * fanout.QUIET_S)
+        bus.publish("container", "start", "c0")  # (does not raise)
+        assert "delivering an event to its subscribers failed" in caplog.text
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer.got == ["c0"]  # (in the round behind it)
         nursery.cancel_scope.cancel()
