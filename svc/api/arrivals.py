@@ -34,6 +34,7 @@ import trio
 from svc.api import limits
 from svc.api.accepting import FIRST_READ, OPEN, OnBytes
 from svc.api.clock import ConnectionClock
+from svc.api.epollset import EpollSet
 
 log = logging.getLogger("svc.server")
 
@@ -58,17 +59,12 @@ class _Waiting:
         self._owner.drop(self)
 
 
-class Arrivals:
+class Arrivals(EpollSet):
     """The connections waiting for their first bytes, and the task that waits for them."""
 
     def __init__(self, clock: ConnectionClock) -> None:
         self._clock = clock
-        self._epoll: select.epoll | None = None  # while it runs
         self._waiting: dict[int, tuple[_Waiting, OnBytes]] = {}
-
-    @property
-    def running(self) -> bool:
-        return self._epoll is not None
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -100,18 +96,8 @@ class Arrivals:
         for entry, _ in list(self._waiting.values()):
             self.drop(entry)
 
-    async def run(self) -> None:
-        """Wait until cancelled; then close what still waits."""
-        self._epoll = epoll = select.epoll()
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(epoll.fileno())
-                for fd, _ in epoll.poll(0):
-                    self._ready(fd)
-        finally:
-            self.close_all()
-            self._epoll = None
-            epoll.close()
+    def _ended(self) -> None:  # (cancelled: nothing was asked on what still waits)
+        self.close_all()
 
     def _take(self, fd: int) -> tuple[_Waiting, OnBytes] | None:
         """Stop waiting for ``fd`` (still open); None if it was not waiting."""

@@ -19,23 +19,18 @@ import os
 import select
 from collections.abc import Callable
 
-import trio
+from svc.api.epollset import EpollSet
 
 # What a client that should send nothing may send anyway, per wakeup, before it is read again.
 DROP_BYTES = 64 * 1024
 _EVENTS = select.EPOLLIN | select.EPOLLRDHUP
 
 
-class HangupWatch:
+class HangupWatch(EpollSet):
     """The sockets whose clients' going is watched, and the task that watches them."""
 
     def __init__(self) -> None:
-        self._epoll: select.epoll | None = None  # while it runs
         self._watched: dict[int, Callable[[], None]] = {}
-
-    @property
-    def running(self) -> bool:
-        return self._epoll is not None
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -55,20 +50,10 @@ class HangupWatch:
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
 
-    async def run(self) -> None:
-        """Watch until cancelled."""
-        self._epoll = epoll = select.epoll()
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(epoll.fileno())
-                for fd, _ in epoll.poll(0):
-                    self._check(fd)
-        finally:
-            self._epoll = None
-            self._watched.clear()
-            epoll.close()
+    def _ended(self) -> None:
+        self._watched.clear()
 
-    def _check(self, fd: int) -> None:
+    def _ready(self, fd: int) -> None:
         on_gone = self._watched.get(fd)
         if on_gone is None:
             return

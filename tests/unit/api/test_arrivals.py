@@ -13,27 +13,17 @@ import trio
 from svc.api import accepting, limits
 from svc.api.arrivals import Arrivals
 from svc.api.clock import ConnectionClock
-
-
-async def _settle() -> None:
-    for _ in range(20):
-        await trio.sleep(0.01)
-
-
-def _pair() -> tuple[socket.socket, socket.socket]:
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
-    return ours, theirs
+from tests.unit.api.socketpairs import pair, settle
 
 
 async def test_each_connection_is_handed_on_once_with_its_first_bytes() -> None:
     arrivals = Arrivals(ConnectionClock())
     got: list[tuple[str, bytes, float | None]] = []
-    pairs = {name: _pair() for name in ("writes", "closes", "resets", "stays")}
+    pairs = {name: pair() for name in ("writes", "closes", "resets", "stays")}
     open_before = accepting.OPEN.value
     async with trio.open_nursery() as nursery:
         nursery.start_soon(arrivals.run)
-        await _settle()
+        await settle()
         accepted = trio.current_time()
         for name, (ours, _) in pairs.items():
             assert arrivals.wait(ours, lambda s, first, at, name=name: got.append(
@@ -45,13 +35,13 @@ async def test_each_connection_is_handed_on_once_with_its_first_bytes() -> None:
         theirs = pairs["resets"][1]
         theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
         theirs.close()
-        await _settle()
+        await settle()
         assert sorted((name, first) for name, first, _ in got) == [
             ("closes", b""), ("resets", b""), ("writes", b"GET /_ping HTTP/1.1\r\n\r\n")]
         assert all(at is not None and accepted <= at <= waited for _, _, at in got)
         assert accepting.OPEN.value == open_before + 1 and len(arrivals) == 1
         pairs["writes"][1].sendall(b"more")  # (handed on: not read here any more)
-        await _settle()
+        await settle()
         assert pairs["writes"][0].recv(10) == b"more" and len(got) == 3
         nursery.cancel_scope.cancel()
     stays = pairs["stays"][0]
@@ -67,12 +57,12 @@ async def test_a_connection_that_sends_nothing_is_closed_at_its_head_deadline(
     monkeypatch.setattr(limits, "HEAD_TIMEOUT", 0.3)
     clock = ConnectionClock()
     arrivals = Arrivals(clock)
-    ours, theirs = _pair()
+    ours, theirs = pair()
     open_before = accepting.OPEN.value
     async with trio.open_nursery() as nursery:
         nursery.start_soon(clock.run)
         nursery.start_soon(arrivals.run)
-        await _settle()
+        await settle()
         assert arrivals.wait(ours, lambda *a: pytest.fail("handed on"))
         await trio.sleep(0.6)
         assert ours.fileno() == -1 and len(arrivals) == 0 and len(clock) == 0
@@ -86,7 +76,7 @@ async def test_a_connection_that_sends_nothing_is_closed_at_its_head_deadline(
 async def test_close_all_closes_what_waits_and_a_failing_hand_on_loses_only_its_own(
         caplog: pytest.LogCaptureFixture) -> None:
     arrivals = Arrivals(ConnectionClock())
-    (a, a_peer), (b, b_peer), (c, c_peer) = _pair(), _pair(), _pair()
+    (a, a_peer), (b, b_peer), (c, c_peer) = pair(), pair(), pair()
     got: list[bytes] = []
 
     def broken(sock: socket.socket, first: bytes, at: float | None) -> None:
@@ -94,13 +84,13 @@ async def test_close_all_closes_what_waits_and_a_failing_hand_on_loses_only_its_
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(arrivals.run)
-        await _settle()
+        await settle()
         arrivals.wait(a, broken)
         arrivals.wait(b, lambda s, first, at: got.append(first))
         a_peer.sendall(b"x")
-        await _settle()
+        await settle()
         b_peer.sendall(b"y")
-        await _settle()
+        await settle()
         assert a.fileno() == -1 and got == [b"y"]
         assert "taking on a connection's first bytes failed" in caplog.text
         arrivals.wait(c, lambda *args: pytest.fail("handed on"))
@@ -112,7 +102,7 @@ async def test_close_all_closes_what_waits_and_a_failing_hand_on_loses_only_its_
 
 
 def test_nothing_waits_while_the_watch_is_not_running() -> None:
-    ours, theirs = _pair()
+    ours, theirs = pair()
     assert not Arrivals(ConnectionClock()).wait(ours, lambda *a: None)
     ours.close()
     theirs.close()

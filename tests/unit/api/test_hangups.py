@@ -10,26 +10,16 @@ import pytest
 import trio
 
 from svc.api.hangups import HangupWatch
-
-
-async def _settle() -> None:
-    for _ in range(20):
-        await trio.sleep(0.01)
-
-
-def _pair() -> tuple[socket.socket, socket.socket]:
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
-    return ours, theirs
+from tests.unit.api.socketpairs import pair, settle
 
 
 async def test_each_owner_is_told_once_when_its_client_goes() -> None:
     watch = HangupWatch()
     told: list[str] = []
-    pairs = {name: _pair() for name in ("closes", "half-closes", "resets", "stays")}
+    pairs = {name: pair() for name in ("closes", "half-closes", "resets", "stays")}
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
-        await _settle()
+        await settle()
         for name, (ours, _) in pairs.items():
             watch.watch(ours.fileno(), lambda name=name: told.append(name))
         pairs["closes"][1].close()
@@ -38,11 +28,11 @@ async def test_each_owner_is_told_once_when_its_client_goes() -> None:
         theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
         theirs.close()
         pairs["stays"][1].sendall(b"x" * 200_000)  # dropped, several reads' worth
-        await _settle()
+        await settle()
         assert sorted(told) == ["closes", "half-closes", "resets"]
         assert len(watch) == 1
         pairs["stays"][1].close()
-        await _settle()
+        await settle()
         assert sorted(told) == ["closes", "half-closes", "resets", "stays"]
         nursery.cancel_scope.cancel()
     for ours, theirs in pairs.values():
@@ -54,21 +44,21 @@ async def test_each_owner_is_told_once_when_its_client_goes() -> None:
 async def test_a_forgotten_socket_is_never_told() -> None:
     watch = HangupWatch()
     told: list[int] = []
-    ours, theirs = _pair()
+    ours, theirs = pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
-        await _settle()
+        await settle()
         watch.watch(ours.fileno(), lambda: told.append(1))
         watch.forget(ours.fileno())
         watch.forget(ours.fileno())  # (twice: nothing)
         theirs.close()
-        await _settle()
+        await settle()
         assert told == []
         nursery.cancel_scope.cancel()
     ours.close()
 
 
 def test_watching_needs_the_watch_running() -> None:
-    ours, theirs = _pair()
+    ours, theirs = pair()
     with ours, theirs, pytest.raises(RuntimeError, match="not running"):
         HangupWatch().watch(ours.fileno(), lambda: None)
