@@ -181,6 +181,9 @@ async def accept_loop(listener: Any, handler: Handler, nursery: trio.Nursery,
     reserve = _Reserve()
 
     def on_bytes(sock: socket.socket, first: bytes | None, accepted_at: float | None) -> None:
+        if first == b"":  # the client went without asking anything: nothing to answer
+            sock.close()
+            return
         if first and offer is not None and offer(sock, first):
             return
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))

@@ -89,7 +89,9 @@ class Arrivals(EpollSet):
 
     def drop(self, entry: _Waiting) -> None:
         """Close ``entry``'s socket: its head is overdue, or the server is stopping."""
-        if self._take(entry.sock.fileno()) is not None:
+        found = self._waiting.get(entry.sock.fileno())
+        if found is not None and found[0] is entry:
+            self._take(entry.sock.fileno())
             entry.sock.close()
 
     def close_all(self) -> None:

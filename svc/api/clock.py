@@ -7,9 +7,12 @@ Here a connection is filed under the tenth of a second its deadline falls in, an
 sleeps until the earliest such tenth; arming, moving and disarming a deadline are a set
 insertion and removal. A deadline fires at most ``RESOLUTION`` late.
 
-Firing runs the connection's own ``on_deadline`` in the connection's task group (never in the
-clock's task): what it does (answer 408, close) happens under the connection's cancellation,
-and a connection that is gone is simply not there to fire.
+Firing calls the connection's own ``on_deadline`` synchronously, in the clock's task, so it
+must not raise (the clock would end, and the daemon with it). A connection with a task group
+has it start the work there (answer 408, close), under the connection's cancellation; one
+with nothing to do but close (a first read's deadline, a connection still waiting for its
+first bytes in ``svc.api.arrivals``) does that at once. A connection that is gone is simply
+not there to fire.
 """
 
 from __future__ import annotations

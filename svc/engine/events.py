@@ -305,9 +305,8 @@ class EventBus:
                 attributes: Mapping[str, str] | None = None, *, at_ns: int | None = None
                 ) -> Event:
         """Record an event (``at_ns``: when it happened, if not now) and wake the subscribers.
-        Never blocks. The subscribers the fan-out holds get it now, by non-blocking writes,
-        unless a fan-out round is pending (``FanOut.publish_now``); for the others it is
-        O(1)."""
+        Never blocks. The subscribers the fan-out holds may get it now, by non-blocking
+        writes (``FanOut.publish_now``); for the others it is O(1)."""
         ev = Event(type, action, actor_id, dict(attributes or {}), at_ns or time.time_ns())
         self._append(ev)
         if self._seq % SCAN_EVERY == 0:

@@ -15,7 +15,9 @@ event behind whatever its publisher did next on the event loop: a tag's answer, 
 Quart and hypercorn, took 0.4-0.9 ms before the task's turn came, and under CPU contention
 the event loop was often preempted in that stretch (3.5 ms more, a burner's slice). So
 ``publish`` delivers the event itself (``publish_now``) when no round is pending and none
-started in the last ``QUIET_S``: the same non-blocking writes, only sooner. It leaves a round
+started in the last ``QUIET_S``: the same non-blocking writes, only sooner (up to
+``PUBLISH_NOW_MAX`` held subscribers: beyond that the writes would hold up the publisher's
+own answer by milliseconds, and the task does them after it). It leaves a round
 pending behind it, and events published before that round runs go in it, one write per
 subscriber for the lot. A steady stream of events (one round after another) is delivered in
 rounds as before: only the first event of a burst goes out on its own.
@@ -41,6 +43,7 @@ log = logging.getLogger("svc.events")
 
 DirectWriter = Callable[[list["Event"]], bool]
 QUIET_S = 0.002  # no round for this long: the next event goes out at once
+PUBLISH_NOW_MAX = 128  # held subscribers the publisher writes to itself, at most
 
 
 class FanOut:
@@ -54,28 +57,20 @@ class FanOut:
         self._delivering = False
         self.running = False
 
-    def poke(self) -> None:
-        """Something was published (no checkpoint)."""
-        if self._held:
-            self._wake.set()
-
     def publish_now(self, bus: EventBus) -> None:
         """Something was published: deliver it to the held subscribers now, unless a round
-        is pending already or one started less than ``QUIET_S`` ago (then it goes in the
-        next round). No checkpoint; never raises: a failing writer is logged, its batch is
-        lost to it, and the subscribers the round did not reach get the event in the next."""
+        is pending already, one started less than ``QUIET_S`` ago, or more than
+        ``PUBLISH_NOW_MAX`` subscribers are held (then it goes in the task's next round:
+        the publisher's own answer is not held up by thousands of writes). No checkpoint."""
         if not self._held:
             return
         if self._wake.is_set() or self._delivering or not self.running \
+                or len(self._held) > PUBLISH_NOW_MAX \
                 or trio.current_time() - self._delivered_at < QUIET_S:
             self._wake.set()
             return
         self._wake.set()  # (the round behind it: events published until it runs)
-        try:
-            self.deliver(bus)
-        except Exception:
-            log.exception("delivering an event to its subscribers failed")
-            self._delivered = -1  # (the round behind it goes to every held subscriber)
+        self.deliver(bus)
 
     async def hold(self, sub: Subscription) -> None:
         """Hold ``sub`` until it is handed back: its writer could not write all, or the
@@ -123,7 +118,9 @@ class FanOut:
 
     def deliver(self, bus: EventBus) -> None:
         """One round: each held subscriber's new events to its writer (no checkpoint).
-        Nothing to do when nothing was published since the last round started."""
+        Nothing to do when nothing was published since the last round started. Never
+        raises: a writer that does is logged, and its subscriber handed back to its task
+        (the batch is lost to that subscriber alone)."""
         if bus.seq == self._delivered:
             return
         self._delivered = bus.seq
@@ -131,9 +128,18 @@ class FanOut:
         self._delivering = True
         try:
             for sub in list(self._held):
+                if sub not in self._held:  # (let go by an earlier hand-back of this round)
+                    continue
                 batch = bus.take(sub)
+                if not batch:
+                    continue
                 writer = sub.direct
-                if batch and (writer is None or not writer(batch)):
+                try:
+                    written = writer is not None and writer(batch)
+                except Exception:
+                    log.exception("writing events to a subscriber failed")
+                    written = False
+                if not written:
                     self.release(sub)
         finally:
             self._delivering = False

@@ -162,8 +162,10 @@ async def test_the_first_event_after_a_quiet_spell_is_written_as_it_is_published
         nursery.cancel_scope.cancel()
 
 
-async def test_a_writer_that_raises_never_reaches_the_publisher(
+async def test_a_writer_that_raises_never_reaches_the_publisher_nor_the_fan_out(
         caplog: pytest.LogCaptureFixture) -> None:
+    """Its subscriber is handed back (to its task, which deals with it); the others get
+    every event, from publish and from the task's rounds alike."""
     bus = EventBus()
     async with trio.open_nursery() as nursery:
         await nursery.start(bus.run)
@@ -174,11 +176,36 @@ async def test_a_writer_that_raises_never_reaches_the_publisher(
 
         broken.direct, writer = fails, Writer()
         fine.direct = writer
-        for sub in (broken, fine):
+        backs: list[str] = []
+        bus.fanout.adopt(broken, lambda: backs.append("broken"))
+        bus.fanout.adopt(fine, lambda: backs.append("fine"))
+        await trio.sleep(2 * fanout.QUIET_S)
+        bus.publish("container", "start", "c0")  # (publish_now: does not raise)
+        assert "writing events to a subscriber failed" in caplog.text
+        assert backs == ["broken"] and writer.got == ["c0"]
+        bus.fanout.adopt(broken, lambda: backs.append("broken"))  # (as if taken back)
+        for i in range(1, 4):  # (a burst: the task's round meets the writer too)
+            bus.publish("container", "start", f"c{i}")
+        await trio.testing.wait_all_tasks_blocked()
+        assert backs == ["broken", "broken"]
+        assert writer.got == ["c0", "c1", "c2", "c3"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_past_a_number_of_held_subscribers_the_task_writes_after_the_publisher(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fanout, "PUBLISH_NOW_MAX", 1)
+    bus = EventBus()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run)
+        writers = [Writer(), Writer()]
+        for w in writers:
+            sub = bus.subscribe()
+            sub.direct = w
             bus.fanout.adopt(sub, lambda: None)
         await trio.sleep(2 * fanout.QUIET_S)
-        bus.publish("container", "start", "c0")  # (does not raise)
-        assert "delivering an event to its subscribers failed" in caplog.text
+        bus.publish("container", "start", "c0")
+        assert [w.got for w in writers] == [[], []]
         await trio.testing.wait_all_tasks_blocked()
-        assert writer.got == ["c0"]  # (in the round behind it)
+        assert [w.got for w in writers] == [["c0"], ["c0"]]
         nursery.cancel_scope.cancel()
