@@ -23,10 +23,8 @@ opener, else served by a task from those bytes).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
 import socket
 
 import trio
@@ -37,8 +35,6 @@ from svc.api.clock import ConnectionClock
 from svc.api.epollset import EpollSet
 
 log = logging.getLogger("svc.server")
-
-_EVENTS = select.EPOLLIN | select.EPOLLRDHUP
 
 
 class _Waiting:
@@ -59,12 +55,19 @@ class _Waiting:
         self._owner.drop(self)
 
 
-class Arrivals(EpollSet):
+class Arrivals:
     """The connections waiting for their first bytes, and the task that waits for them."""
 
     def __init__(self, clock: ConnectionClock) -> None:
         self._clock = clock
         self._waiting: dict[int, tuple[_Waiting, OnBytes]] = {}
+        # (cancelled: nothing was asked on what still waits, so it is closed)
+        self._set = EpollSet(self._ready, self.close_all)
+        self.run = self._set.run  # (wait until cancelled)
+
+    @property
+    def running(self) -> bool:
+        return self._set.running
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -74,12 +77,12 @@ class Arrivals(EpollSet):
         non-blocking ``sock`` has sent something (``first``; ``b""``: it went), from the
         watch's task (no checkpoint). False, with nothing done, when the watch is not
         running: the caller serves ``sock`` itself."""
-        if self._epoll is None:
+        if not self._set.running:
             return False
         entry = _Waiting(self, sock, trio.current_time())
         fd = sock.fileno()
         try:
-            self._epoll.register(fd, _EVENTS)
+            self._set.register(fd)
         except OSError:
             return False
         self._waiting[fd] = (entry, on_bytes)
@@ -98,9 +101,6 @@ class Arrivals(EpollSet):
         for entry, _ in list(self._waiting.values()):
             self.drop(entry)
 
-    def _ended(self) -> None:  # (cancelled: nothing was asked on what still waits)
-        self.close_all()
-
     def _take(self, fd: int) -> tuple[_Waiting, OnBytes] | None:
         """Stop waiting for ``fd`` (still open); None if it was not waiting."""
         found = self._waiting.pop(fd, None)
@@ -108,9 +108,7 @@ class Arrivals(EpollSet):
             return None
         OPEN.value -= 1
         self._clock.disarm(found[0])
-        if self._epoll is not None:
-            with contextlib.suppress(OSError):
-                self._epoll.unregister(fd)
+        self._set.unregister(fd)
         return found
 
     def _ready(self, fd: int) -> None:

@@ -9,36 +9,51 @@ Used by ``svc.api.hangups`` and ``svc.api.arrivals``.
 
 from __future__ import annotations
 
+import contextlib
 import select
+from collections.abc import Callable
 
 import trio
 
+_EVENTS = select.EPOLLIN | select.EPOLLRDHUP
+
 
 class EpollSet:
-    """The set (while ``run`` runs) and its task; subclasses say what a ready socket means."""
+    """The set (while ``run`` runs) and its task. ``on_ready(fd)``: ``fd`` is readable or
+    hung up (no checkpoint; it must not raise). ``on_end()``: the task is ending, the set
+    still open."""
 
-    _epoll: select.epoll | None = None
+    def __init__(self, on_ready: Callable[[int], None], on_end: Callable[[], None]) -> None:
+        self._on_ready = on_ready
+        self._on_end = on_end
+        self._epoll: select.epoll | None = None
 
     @property
     def running(self) -> bool:
         return self._epoll is not None
 
+    def register(self, fd: int) -> None:
+        """Watch the socket ``fd``. RuntimeError: the set's task is not running; OSError:
+        epoll refused it."""
+        if self._epoll is None:
+            raise RuntimeError("the epoll set's task is not running")
+        self._epoll.register(fd, _EVENTS)
+
+    def unregister(self, fd: int) -> None:
+        """Stop watching ``fd`` (still open); nothing if it was not watched."""
+        if self._epoll is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
     async def run(self) -> None:
-        """Wait until cancelled; then ``_ended`` (the set still open), and the set closes."""
+        """Wait until cancelled; then ``on_end``, and the set closes."""
         self._epoll = epoll = select.epoll()
         try:
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
                 for fd, _ in epoll.poll(0):
-                    self._ready(fd)
+                    self._on_ready(fd)
         finally:
-            self._ended()
+            self._on_end()
             self._epoll = None
             epoll.close()
-
-    def _ready(self, fd: int) -> None:
-        """``fd`` is readable (or hung up): no checkpoint, and it must not raise."""
-        raise NotImplementedError
-
-    def _ended(self) -> None:
-        """The task is ending (cancelled)."""

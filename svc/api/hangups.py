@@ -14,23 +14,26 @@ to close, and the epoll set is closed with the watch.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 from collections.abc import Callable
 
 from svc.api.epollset import EpollSet
 
 # What a client that should send nothing may send anyway, per wakeup, before it is read again.
 DROP_BYTES = 64 * 1024
-_EVENTS = select.EPOLLIN | select.EPOLLRDHUP
 
 
-class HangupWatch(EpollSet):
+class HangupWatch:
     """The sockets whose clients' going is watched, and the task that watches them."""
 
     def __init__(self) -> None:
         self._watched: dict[int, Callable[[], None]] = {}
+        self._set = EpollSet(self._ready, self._watched.clear)
+        self.run = self._set.run  # (watch until cancelled)
+
+    @property
+    def running(self) -> bool:
+        return self._set.running
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -39,19 +42,15 @@ class HangupWatch(EpollSet):
         """Call ``on_gone`` once the client of the socket ``fd`` (non-blocking) has
         half-closed or gone (no checkpoint). ``forget`` it before the socket is closed.
         RuntimeError: the watch is not running."""
-        if self._epoll is None:
+        if not self._set.running:
             raise RuntimeError("the hangup watch is not running")
         self._watched[fd] = on_gone
-        self._epoll.register(fd, _EVENTS)
+        self._set.register(fd)
 
     def forget(self, fd: int) -> None:
         """Stop watching the socket ``fd`` (still open)."""
-        if self._watched.pop(fd, None) is not None and self._epoll is not None:
-            with contextlib.suppress(OSError):
-                self._epoll.unregister(fd)
-
-    def _ended(self) -> None:
-        self._watched.clear()
+        if self._watched.pop(fd, None) is not None:
+            self._set.unregister(fd)
 
     def _ready(self, fd: int) -> None:
         on_gone = self._watched.get(fd)
