@@ -24,13 +24,12 @@ opener, else served by a task from those bytes).
 from __future__ import annotations
 
 import logging
-import os
 import socket
 
 import trio
 
 from svc.api import limits
-from svc.api.accepting import FIRST_READ, OPEN, OnBytes
+from svc.api.accepting import OPEN, OnBytes, read_now
 from svc.api.clock import ConnectionClock
 from svc.api.epollset import EpollSet
 
@@ -116,12 +115,9 @@ class Arrivals:
         if found is None:
             return
         entry, on_bytes = found
-        try:
-            first = os.read(fd, FIRST_READ)
-        except BlockingIOError:
+        first = read_now(entry.sock)  # (b"": it went, or reset)
+        if first is None:
             return  # (nothing after all: it stays)
-        except OSError:
-            first = b""  # (reset: gone)
         self._take(fd)
         try:
             on_bytes(entry.sock, first, entry.accepted_at)
