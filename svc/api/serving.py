@@ -85,6 +85,7 @@ class Connection(TCPServer):
     task (``IdleFlag``)."""
 
     _peer_gone = False
+    _counted = False  # in ``OPEN`` (from ``run``'s start until the socket's close)
     _fd = -1  # a plain socket's descriptor (``_run_plain``), written directly when it can be
     opened_at: float | None = None  # (a plain socket's: its head is due HEAD_TIMEOUT after)
     _first_read = False  # waiting for the client's first bytes (``first_bytes``)
@@ -101,15 +102,33 @@ class Connection(TCPServer):
     async def run(self) -> None:
         OPEN.value += 1
         OPEN.connections.add(self)
+        self._counted = True
         try:
             if isinstance(self.stream, trio.SocketStream):
                 await self._run_plain()
             else:
                 await super().run()  # TLS: hypercorn's way, handshake first
         finally:
+            self._uncount()
+            self._end_protocol()
+
+    def _uncount(self) -> None:
+        """No longer count this connection as open (once)."""
+        if self._counted:
+            self._counted = False
             OPEN.value -= 1
             OPEN.connections.discard(self)
-            self._end_protocol()
+
+    async def _close(self) -> None:
+        """hypercorn's close, with the connection no longer counted from the moment its
+        socket closes: the task goes on through checkpoints after that (the read loop's end,
+        the protocol's ``Closed``), and a client that saw its connection close may already
+        be opening the next one, which the limit must not refuse for it."""
+        with contextlib.suppress(trio.BrokenResourceError, AttributeError,
+                                 trio.BusyResourceError, trio.ClosedResourceError):
+            await self.stream.send_eof()  # (raises when gone already, or on TLS)
+        self._uncount()  # (a plain socket closes in aclose before its first checkpoint)
+        await self.stream.aclose()
 
     def _end_protocol(self) -> None:
         """Tell the protocol its task group has ended (``Refusals.end``): the connection's
