@@ -43,8 +43,9 @@ from hypercorn.protocol.events import Response, StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 
 from svc.api import accepting, limits, serving
-from svc.api.fastpath import PHRASES, PlainRoutes, PlainStream, bodiless
+from svc.api.fastpath import PHRASES, PlainRoutes
 from svc.api.heads import raw_stream_head, wants_upgrade
+from svc.api.plainstream import PlainStream, plain_reply
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
 from svc.api.refusals import Refusals, plain_socket
@@ -190,10 +191,9 @@ class HijackH11Protocol(Refusals, H11Protocol):
         return True
 
     async def _create_stream(self, request: h11.Request) -> None:
-        plain = HijackH11Protocol.plain
-        if plain is not None and request.method in (b"GET", b"HEAD") \
-                and bodiless(request.headers):
-            answer = plain.answer(request.method, request.target)
+        plain, conn = HijackH11Protocol.plain, self.connection
+        if plain is not None and isinstance(conn, h11.Connection):
+            answer = plain_reply(plain, request, conn.trailing_data[0])
             if answer is not None:
                 # (answered, and h11 idle again, before ``handle`` could see the head end)
                 self.guard.head_done()
