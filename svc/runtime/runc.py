@@ -100,11 +100,19 @@ def _log_warnings(text: str) -> None:
 
 
 def _read_text(path: Path) -> str:
-    """A small file runc wrote (pid file, log); blocking, but a single short read."""
+    """A small file runc wrote (pid file, log); blocking, but a short read (without a text
+    file object: a fifth of the cost, and each exec reads two)."""
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
 
 
 class Runc:
@@ -118,6 +126,29 @@ class Runc:
     def __init__(self, root: Path, binary: str = "runc") -> None:
         self.root = root
         self.binary = binary
+
+    def _private_file(self, prefix: str, data: bytes) -> str:
+        """A new file in the root (mode 0600, a name never used before) holding ``data``,
+        for runc to read (an exec's process object, an update's resources); the caller
+        unlinks it. Blocking, but one small write (``tempfile`` and a text file cost three
+        times as much, on every exec)."""
+        path = f"{self.root}/{prefix}{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # (the root is made at the first command)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return path
 
     def _argv(self, *args: str) -> list[str]:
         return [self.binary, "--root", str(self.root), "--log-format", "json", *args]
@@ -179,11 +210,8 @@ class Runc:
 
         Cancellation: runc is killed; the process may or may not have started.
         """
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, proc_path = tempfile.mkstemp(prefix=".svc-process-", dir=self.root)
+        proc_path = self._private_file(".svc-process-", json.dumps(process).encode())
         try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(process, f)
             return await self._spawn("exec", ["--detach", "--process", proc_path],
                                      container_id, stdio=stdio, terminal=terminal)
         finally:
@@ -313,10 +341,8 @@ class Runc:
 
         Cancellation: runc is killed; some of the limits may have been applied.
         """
-        fd, path = tempfile.mkstemp(prefix=".svc-update-", dir=self.root)
+        path = self._private_file(".svc-update-", json.dumps(resources).encode())
         try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(resources, f)
             await self._run("update", "--resources", path, container_id)
         finally:
             os.unlink(path)
