@@ -17,11 +17,11 @@ names a plain route whose view answers, the answer is written directly. Anything
 or needs I/O) returns None and the request goes the full way, where the same view runs under
 Quart and errors are mapped as everywhere else.
 
-A POST's plain form (``plain_alternative(..., post=True)``) is asked about only when the
-request's whole body came with its head (``svc.api.plainstream``); its view gets the body
-(``Plain.body``). Such a view may act (an exec's create), so it must check everything first
-and answer once it has acted: a view that raises has done nothing, and the full way then
-answers the error. ``docker exec`` is the case: create, start and inspect are plain.
+A POST's plain form (``plain_alternative(..., post=True)``) is asked about once the request's
+whole body has come (``svc.api.plainstream``); its view gets the body (``Plain.body``). Such
+a view may act (an exec's create), so it must check everything first and answer once it has
+acted: a view that raises has done nothing, and the full way then answers the error. ``docker
+exec`` is the case: create, start and inspect are plain.
 
 Two refinements: a request that arrives as one simple head (``PlainRoutes.quick``) is
 answered before h11 parses it at all, and a view may answer with a ``Streamer`` (a plain
@@ -62,8 +62,8 @@ PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 @dataclass
 class Plain:
-    """A request as a plain view sees it: a bodiless GET or HEAD, or a POST whose whole body
-    came with its head (``svc.api.plainstream.posted``)."""
+    """A request as a plain view sees it: a bodiless GET or HEAD, or a POST with its whole
+    body (``svc.api.plainstream.PendingPost``)."""
 
     version: Version
     args: MultiDict[str, str]
@@ -233,7 +233,7 @@ class PlainRoutes:
     def answer(self, method: bytes, target: bytes, posted: Posted | None = None) \
             -> Reply | None:
         """The response to a bodiless ``method`` (GET or HEAD) of ``target``, or to a POST
-        whose body is ``posted`` (``svc.api.plainstream.posted``), or None for the full
+        whose body is ``posted`` (``svc.api.plainstream.PendingPost``), or None for the full
         way. Never raises."""
         try:
             raw_version, path, query = _locate(target)
@@ -261,6 +261,16 @@ class PlainRoutes:
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
+
+    def takes_post(self, target: bytes) -> bool:
+        """Whether ``target`` names a route with a plain form for POSTs. Never raises."""
+        if not self._posts:
+            return False
+        try:
+            endpoint, _ = self._route(_locate(target)[1], b"POST")
+        except (HTTPException, UnicodeError, ValueError):
+            return False
+        return endpoint in self._posts
 
     def quick(self, data: bytes, date: bytes) -> Reply | None:
         """The whole response to ``data`` when it is exactly one simple request head (HTTP/1.1,

@@ -45,7 +45,7 @@ from hypercorn.protocol.h11 import H11Protocol
 from svc.api import accepting, limits, serving
 from svc.api.fastpath import PHRASES, PlainRoutes
 from svc.api.heads import raw_stream_head, wants_upgrade
-from svc.api.plainstream import PlainStream, plain_reply
+from svc.api.plainstream import PlainStream, plain_stream
 from svc.api.rawbody import RawBody
 from svc.api.rawstream import RawStream
 from svc.api.refusals import Refusals, plain_socket
@@ -191,15 +191,15 @@ class HijackH11Protocol(Refusals, H11Protocol):
         return True
 
     async def _create_stream(self, request: h11.Request) -> None:
-        plain, conn = HijackH11Protocol.plain, self.connection
-        if plain is not None and isinstance(conn, h11.Connection):
-            answer = plain_reply(plain, request, conn.trailing_data[0])
-            if answer is not None:
+        plain = HijackH11Protocol.plain
+        if plain is not None and isinstance(self.connection, h11.Connection):
+            stream = plain_stream(self, plain, request)
+            if stream is not None:
                 # (answered, and h11 idle again, before ``handle`` could see the head end)
                 self.guard.head_done()
                 self.rearm()
-                self.stream = PlainStream(self, request.method, answer)  # type: ignore
-                self.keep_alive_requests += 1
+                self.stream = stream  # type: ignore[assignment]
+                self.keep_alive_requests += isinstance(stream, PlainStream)  # (or when served)
                 return
         body = self._raw_body_for(request)
         self.raw_body = body

@@ -1,11 +1,12 @@
 """The protocol's side of plain routes (``svc.api.fastpath``): which requests may be answered
-plainly, as h11 parsed them, and the stream that writes the answer.
+plainly, as h11 parsed them, and the streams that write the answer.
 
-A GET or HEAD without a body is asked about as it is. A POST is asked about when its whole
-body came with its head (``posted``): an exec's create and start carry a few hundred bytes,
-which a client writes along with the head, and whose plain views then spare each exec two
-ASGI requests (about 1.3 ms of CPU each). A body still on its way, a chunked one, one
-that waits for ``100 Continue`` or is larger than ``POSTED_MAX`` goes the full way.
+A GET or HEAD without a body is asked about as it is. A POST to a route with a plain form
+for POSTs is kept (``PendingPost``) until its body has all come, and then asked about with
+its body: an exec's create and start carry a few hundred bytes, and their plain views spare
+each exec two ASGI requests (about 1.3 ms of CPU each). What the plain view leaves, and a
+chunked body, one that waits for ``100 Continue`` or one larger than ``POSTED_MAX``, goes
+the full way.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 
 import h11
 import trio
-from hypercorn.protocol.events import EndBody
+from hypercorn.protocol.events import Body, EndBody
 from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 
 from svc.api.fastpath import PlainRoutes, Posted, Reply, Streamer
 from svc.api.heads import wants_upgrade
@@ -32,11 +34,10 @@ def bodiless(headers: Any) -> bool:
     return True
 
 
-def posted(headers: Any, buffered: bytes) -> Posted | None:
-    """The body of a POST with these ``headers`` (h11's, in lower case) when all of it is in
-    ``buffered`` (h11's unparsed bytes after the head: the body, and anything pipelined
-    after it); None when it is not all there, or not a body of a known length within
-    ``POSTED_MAX`` (h11 then reads it, and the request goes the full way)."""
+def post_head(headers: Any) -> Posted | None:
+    """What a POST with these ``headers`` (h11's, in lower case) tells its plain view, its
+    body yet to come; None when the body is not of a known length within ``POSTED_MAX``, or
+    its client waits for ``100 Continue`` (the full way then reads it)."""
     length = 0
     content_type = None
     for name, value in headers:
@@ -46,21 +47,59 @@ def posted(headers: Any, buffered: bytes) -> Posted | None:
             return None
         elif name == b"content-type":
             content_type = value.decode("latin-1")
-    if length > POSTED_MAX or len(buffered) < length:
+    if length > POSTED_MAX:
         return None
-    return Posted(buffered[:length], content_type, wants_upgrade(headers))
+    return Posted(b"", content_type, wants_upgrade(headers))
 
 
-def plain_reply(plain: PlainRoutes, request: h11.Request, buffered: bytes) -> Reply | None:
-    """The plain answer to ``request`` (h11's, with ``buffered`` its unparsed bytes after
-    the head), or None for the full way."""
+def plain_stream(protocol: Any, plain: PlainRoutes,
+                 request: h11.Request) -> PlainStream | PendingPost | None:
+    """The stream that serves ``request`` plainly (``protocol``'s, h11 having parsed its
+    head), or None for the full way."""
     if request.method in (b"GET", b"HEAD") and bodiless(request.headers):
-        return plain.answer(request.method, request.target)
-    if request.method == b"POST":
-        sent = posted(request.headers, buffered)
-        if sent is not None:
-            return plain.answer(b"POST", request.target, sent)
+        reply = plain.answer(request.method, request.target)
+        return None if reply is None else PlainStream(protocol, request.method, reply)
+    if request.method == b"POST" and plain.takes_post(request.target):
+        head = post_head(request.headers)
+        if head is not None:
+            return PendingPost(protocol, plain, request, head)
     return None
+
+
+class PendingPost:
+    """A POST to a route with a plain form, until its body has all come: then the plain view
+    is asked, and either answers (a ``PlainStream`` takes the request on) or leaves it to
+    the full way, where hypercorn's own stream is given the request and its body as if both
+    had just come. A client that goes before its body's end leaves nothing done."""
+
+    def __init__(self, protocol: Any, plain: PlainRoutes, request: h11.Request,
+                 head: Posted) -> None:
+        self._protocol = protocol
+        self._plain = plain
+        self._request = request
+        self._head = head
+        self._body = bytearray()
+
+    async def handle(self, event: StreamEvent) -> None:
+        if isinstance(event, Body):
+            self._body += event.data  # (at most POSTED_MAX: its length was known)
+        elif isinstance(event, EndBody):
+            await self._decide(event)
+
+    async def _decide(self, end: EndBody) -> None:
+        p, request, body = self._protocol, self._request, bytes(self._body)
+        self._head.body = body
+        reply = self._plain.answer(b"POST", request.target, self._head)
+        if reply is not None:
+            p.stream = stream = PlainStream(p, b"POST", reply)
+            p.keep_alive_requests += 1
+            await stream.handle(end)
+            return
+        # hypercorn's own stream (not HijackH11Protocol's, which would keep it again)
+        await H11Protocol._create_stream(p, request)
+        if body:
+            await p.stream.handle(Body(stream_id=STREAM_ID, data=body))
+        await p.stream.handle(end)
 
 
 class PlainStream:

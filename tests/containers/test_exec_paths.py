@@ -1,7 +1,7 @@
-"""Exec create, start and inspect answer alike whether a request's body came with its head (the
-protocol answers it plainly, ``svc.api.plainstream``) or after it (the full ASGI way): the
-same status, headers and body, the same errors, stdin pipelined after the start's body reaches
-the process, and a kept-alive connection serves its next request."""
+"""Exec create, start and inspect answer alike on the plain path (``svc.api.plainstream``: a
+body of a known length, whether it came with the head or after it) and the full ASGI way (a
+chunked body): the same status, headers and body, the same errors, stdin pipelined after the
+start's body reaches the process, and a kept-alive connection serves its next request."""
 
 from __future__ import annotations
 
@@ -16,25 +16,35 @@ from tests.containers.test_exec_stats import running
 from tests.support.daemon import Daemon
 from tests.support.http import connect, read_head, read_until_eof
 
-SPLITS = [False, True]  # (False: head and body in one write; True: the body 0.1 s after)
+# together: head and body in one write (as the docker CLI sends); apart: the body 0.1 s after
+# (as Python's http.client sends); chunked: the full way
+WAYS = ["together", "apart", "chunked"]
 
 
 def _post(target: str, body: bytes, *extra: str, content_type: str = "application/json") \
-        -> tuple[bytes, bytes]:
+        -> tuple[list[str], bytes]:
     lines = [f"POST {target} HTTP/1.1", "Host: docker", "User-Agent: Docker-Client/28.0.0",
-             f"Content-Length: {len(body)}", *extra]
+             *extra]
     if content_type:
         lines.append(f"Content-Type: {content_type}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode(), body
+    return lines, body
 
 
-async def _send(s: trio.SocketStream, head: bytes, body: bytes, split: bool) -> None:
-    if split:
-        await s.send_all(head)
-        await trio.sleep(0.1)
-        await s.send_all(body)
+async def _send(s: trio.SocketStream, lines: list[str], body: bytes, way: str,
+                after: bytes = b"") -> None:
+    """The request, and ``after`` it (stdin) in the same write as its body's end."""
+    if way == "chunked":
+        head = [*lines, "Transfer-Encoding: chunked"]
+        body = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
     else:
-        await s.send_all(head + body)
+        head = [*lines, f"Content-Length: {len(body)}"]
+    raw = ("\r\n".join(head) + "\r\n\r\n").encode()
+    if way == "apart":
+        await s.send_all(raw)
+        await trio.sleep(0.1)
+        await s.send_all(body + after)
+    else:
+        await s.send_all(raw + body + after)
 
 
 async def _answer(s: trio.SocketStream, buf: bytearray) -> tuple[int, dict[str, str], bytes]:
@@ -50,11 +60,11 @@ async def _answer(s: trio.SocketStream, buf: bytearray) -> tuple[int, dict[str, 
     return int(lines[0].split()[1]), headers, body
 
 
-async def _exchange(d: Daemon, head: bytes, body: bytes, split: bool) \
+async def _exchange(d: Daemon, lines: list[str], body: bytes, way: str) \
         -> tuple[int, dict[str, str], bytes]:
     s = await connect(d.sock)
     try:
-        await _send(s, head, body, split)
+        await _send(s, lines, body, way)
         return await _answer(s, bytearray())
     finally:
         await s.aclose()
@@ -64,24 +74,24 @@ def _shape(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k != "date"}
 
 
-async def _create(d: Daemon, cid: str, split: bool, **fields: object) -> str:
+async def _create(d: Daemon, cid: str, way: str, **fields: object) -> str:
     raw = json.dumps({"Cmd": ["cat"], "AttachStdin": True, "AttachStdout": True,
                       "AttachStderr": True, **fields}).encode()
-    status, _, body = await _exchange(d, *_post(f"/v1.23/containers/{cid}/exec", raw), split)
+    status, _, body = await _exchange(d, *_post(f"/v1.23/containers/{cid}/exec", raw), way)
     assert status == 201, body
     return str(json.loads(body)["Id"])
 
 
-@pytest.mark.parametrize("split", SPLITS)
-async def test_an_exec_runs_alike_either_way(cdaemon: Daemon, api: httpx.AsyncClient,
-                                             split: bool) -> None:
+@pytest.mark.parametrize("way", WAYS)
+async def test_an_exec_runs_alike_every_way(cdaemon: Daemon, api: httpx.AsyncClient,
+                                            way: str) -> None:
     cid = await running(api)
-    eid = await _create(cdaemon, cid, split)
+    eid = await _create(cdaemon, cid, way)
     start = json.dumps({"Detach": False, "Tty": False}).encode()
     s = await connect(cdaemon.sock)
-    head, body = _post(f"/v1.23/exec/{eid}/start", start, "Connection: Upgrade",
-                       "Upgrade: tcp")
-    await _send(s, head, body + b"in the same write\n", split)  # (stdin pipelined)
+    lines, body = _post(f"/v1.23/exec/{eid}/start", start, "Connection: Upgrade",
+                        "Upgrade: tcp")
+    await _send(s, lines, body, way, after=b"in the same write\n")  # (stdin pipelined)
     buf = bytearray()
     got = await read_head(s, buf)
     assert got == (b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.svc.raw-stream"
@@ -106,11 +116,11 @@ async def test_an_exec_runs_alike_either_way(cdaemon: Daemon, api: httpx.AsyncCl
 async def test_a_start_without_upgrade_gets_the_raw_200(cdaemon: Daemon,
                                                         api: httpx.AsyncClient) -> None:
     cid = await running(api)
-    for split in SPLITS:
-        eid = await _create(cdaemon, cid, split, Cmd=["echo", "hi"], AttachStdin=False)
+    for way in WAYS:
+        eid = await _create(cdaemon, cid, way, Cmd=["echo", "hi"], AttachStdin=False)
         s = await connect(cdaemon.sock)
         await _send(s, *_post(f"/v1.23/exec/{eid}/start", b'{"Detach":false,"Tty":true}'),
-                    split)
+                    way)
         buf = bytearray()
         assert await read_head(s, buf) == \
             b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.svc.raw-stream\r\n\r\n"
@@ -120,10 +130,10 @@ async def test_a_start_without_upgrade_gets_the_raw_200(cdaemon: Daemon,
         await s.aclose()
 
 
-async def test_answers_and_errors_are_the_same_either_way(cdaemon: Daemon,
+async def test_answers_and_errors_are_the_same_every_way(cdaemon: Daemon,
                                                           api: httpx.AsyncClient) -> None:
     cid = await running(api)
-    eid = await _create(cdaemon, cid, False, Cmd=["true"])
+    eid = await _create(cdaemon, cid, "together", Cmd=["true"])
     cases = [
         _post("/v1.23/containers/no-such/exec", b'{"Cmd":["true"]}'),
         _post(f"/v1.23/containers/{cid}/exec", b'{"Cmd":["true"]', ),
@@ -133,19 +143,18 @@ async def test_answers_and_errors_are_the_same_either_way(cdaemon: Daemon,
         _post(f"/v1.23/exec/{eid}/start", b'{"Detach":"maybe"}'),
         _post(f"/v1.1/containers/{cid}/exec", b'{"Cmd":["true"]}'),
     ]
-    for head, body in cases:
-        together = await _exchange(cdaemon, head, body, False)
-        apart = await _exchange(cdaemon, head, body, True)
-        assert together[0] in (400, 404), together
-        assert (together[0], _shape(together[1]), together[2]) == \
-            (apart[0], _shape(apart[1]), apart[2])
+    for lines, body in cases:
+        answers = [await _exchange(cdaemon, lines, body, way) for way in WAYS]
+        assert answers[0][0] in (400, 404), answers[0]
+        assert len({(status, tuple(sorted(_shape(headers).items())), got)
+                    for status, headers, got in answers}) == 1, answers
     # a detached start answers 200 at once; a second start is a 409, either way
     status, _, body = await _exchange(cdaemon, *_post(f"/v1.23/exec/{eid}/start",
-                                                     b'{"Detach":true}'), False)
+                                                     b'{"Detach":true}'), "together")
     assert (status, body) == (200, b"")
-    for split in SPLITS:
+    for way in WAYS:
         status, _, body = await _exchange(cdaemon, *_post(f"/v1.23/exec/{eid}/start",
-                                                         b'{"Detach":false}'), split)
+                                                         b'{"Detach":false}'), way)
         assert status == 409 and b"has already run" in body, body
 
 
@@ -155,8 +164,8 @@ async def test_a_kept_alive_connection_serves_on_after_a_plain_create(
     s = await connect(cdaemon.sock)
     buf = bytearray()
     answers = []
-    for _ in range(2):
-        await s.send_all(b"".join(_post(f"/v1.23/containers/{cid}/exec", b'{"Cmd":["true"]}')))
+    for way in ("together", "apart"):
+        await _send(s, *_post(f"/v1.23/containers/{cid}/exec", b'{"Cmd":["true"]}'), way)
         answers.append(await _answer(s, buf))
     eid = json.loads(answers[0][2])["Id"]
     await s.send_all(f"GET /v1.23/exec/{eid}/json HTTP/1.1\r\nHost: docker\r\n\r\n".encode())
@@ -166,6 +175,6 @@ async def test_a_kept_alive_connection_serves_on_after_a_plain_create(
     assert answers[0][1]["content-type"] == "application/json"
     assert answers[0][1]["api-version"] and answers[0][1]["server"]
     assert status == 200 and json.loads(body)["ID"] == eid
-    slow = await _exchange(cdaemon, *_post(f"/v1.23/containers/{cid}/exec",
-                                           b'{"Cmd":["true"]}'), True)
-    assert _shape(slow[1]).keys() == _shape(answers[0][1]).keys()
+    full = await _exchange(cdaemon, *_post(f"/v1.23/containers/{cid}/exec",
+                                           b'{"Cmd":["true"]}'), "chunked")
+    assert _shape(full[1]).keys() == _shape(answers[0][1]).keys()
