@@ -32,6 +32,7 @@ without hypercorn's protocol at all (``svc.api.barestream``).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from werkzeug.routing import Map
 from svc.api.versioning import PREFIX_RE, Version, api_version, resolve
 from svc.errors import SvcError
 
+log = logging.getLogger("svc.api")
 # a request head of visible ASCII, spaces, tabs and line ends only; a header name a token
 _SIMPLE_HEAD = re.compile(rb"[\x21-\x7e][\x20-\x7e\t\r\n]*")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -250,6 +252,11 @@ class PlainRoutes:
             answer = view(req, **values)
         except (SvcError, HTTPException, UnicodeError, ValueError):
             return None
+        except Exception as exc:  # a bug in the view
+            if posted is None:
+                return None  # (the full way runs it again and answers the error)
+            log.exception("unexpected error while serving a request")
+            return self._internal_error(exc)  # (it may have acted: not again)
         if answer is None:
             return None
         if isinstance(answer, Streamer):
@@ -261,6 +268,14 @@ class PlainRoutes:
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
                     for k, v in answer.headers]
         return Reply(answer.status, headers, answer.body)
+
+    def _internal_error(self, exc: Exception) -> Reply:
+        """The 500 the full way answers an unexpected error with (``svc.api.errors``)."""
+        body = f"internal error: {type(exc).__name__}: {exc}\n".encode()
+        return Reply(500, [*self._common,
+                           (b"content-type", b"text/plain; charset=utf-8"),
+                           (b"x-content-type-options", b"nosniff"),
+                           (b"content-length", str(len(body)).encode("ascii"))], body)
 
     def takes_post(self, target: bytes) -> bool:
         """Whether ``target`` names a route with a plain form for POSTs. Never raises."""

@@ -11,6 +11,7 @@ the full way.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import h11
@@ -22,6 +23,7 @@ from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from svc.api.fastpath import PlainRoutes, Posted, Reply, Streamer
 from svc.api.heads import wants_upgrade
 
+log = logging.getLogger("svc.api")
 POSTED_MAX = 64 * 1024  # a POST answered plainly (an exec's body is ~100-300 bytes)
 
 
@@ -139,6 +141,8 @@ class PlainStream:
             await stream.run(raw, self._reply.head)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went
+        except Exception:  # a bug: this connection closes, never the server
+            log.exception("a plain stream failed")
         finally:
             with trio.CancelScope(shield=True):
                 await raw.aclose()

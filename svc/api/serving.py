@@ -127,8 +127,10 @@ class Connection(TCPServer):
         with contextlib.suppress(trio.BrokenResourceError, AttributeError,
                                  trio.BusyResourceError, trio.ClosedResourceError):
             await self.stream.send_eof()  # (raises when gone already, or on TLS)
-        self._uncount()  # (a plain socket closes in aclose before its first checkpoint)
-        await self.stream.aclose()
+        if isinstance(self.stream, trio.SocketStream):
+            self._uncount()  # (its socket closes in aclose before its first checkpoint)
+        await self.stream.aclose()  # (TLS: counted until its close_notify has gone)
+        self._uncount()
 
     def _end_protocol(self) -> None:
         """Tell the protocol its task group has ended (``Refusals.end``): the connection's

@@ -104,9 +104,10 @@ class ExecService:
             raise InvalidParameter("No exec command specified")
         inst = ExecInstance(secrets.token_hex(32), c, cmd, tty, stdin, stdout, stderr, user,
                             privileged, detach_keys)
+        self.runner.event(c, "exec_create: " + " ".join(cmd), execID=inst.id)
+        # (last: a create that raised has left nothing behind, and may be asked again)
         self.instances[inst.id] = inst
         c.exec_ids.append(inst.id)
-        self.runner.event(c, "exec_create: " + " ".join(cmd), execID=inst.id)
         return inst
 
     def forget(self, c: Container) -> None:
