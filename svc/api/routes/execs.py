@@ -3,8 +3,8 @@
 Create, a start that stays attached, and inspect have plain forms too (``svc.api.fastpath``):
 ``docker exec`` makes those three requests for every command, and through the full ASGI
 stack each cost more CPU than the rest of the exec's work in the daemon. Each form runs the
-same code as its Quart view, which still serves what the plain form leaves to it (a body
-not yet all read, errors, a detached start).
+same code as its Quart view, which still serves what the plain form leaves to it (a
+chunked body, errors, a detached start).
 """
 
 from __future__ import annotations
